@@ -1,0 +1,5 @@
+"""`python -m kvdiag` runs the CLI."""
+
+from kvdiag.analyzer.cli import main
+
+main()

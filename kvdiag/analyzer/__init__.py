@@ -1,0 +1,1 @@
+"""The engine: discover -> ingest -> store (DuckDB) -> rules -> diagnosis; and the CLI."""

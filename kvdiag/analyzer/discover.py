@@ -1,0 +1,129 @@
+"""Find the inputs of an incident folder and decide, by content, what each one is.
+
+Names help but do not decide: a vLLM log saved as `pod-7.txt` is still a vLLM log. Files
+that no ingester recognises, empty and binary files are kept as records with a reason,
+never dropped. Scrape files sharing a folder become one series.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from kvdiag.analyzer.ingest import INGESTERS
+from kvdiag.analyzer.ingest.base import Ingester, InputUnit
+from kvdiag.analyzer.ingest.lines import read_head
+from kvdiag.analyzer.model import InputRecord
+
+DEFAULT_REPLICA = "default"
+_HEAD_BYTES = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    """What discovery found: units to ingest, files set aside, and a time anchor."""
+
+    root: Path
+    units: tuple[InputUnit, ...]
+    set_aside: tuple[InputRecord, ...]
+    anchor: datetime | None
+    anchor_source: str | None
+
+
+def _walk(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        found += [Path(folder) / f for f in sorted(files)]
+    return found
+
+
+def _decode_head(head: bytes) -> str:
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return head.decode("utf-16", errors="replace")
+    return head.decode("utf-8", errors="replace")
+
+
+def _looks_binary(head: bytes) -> bool:
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return False
+    sample = head[:8192]
+    return bool(sample) and sample.count(0) > len(sample) // 100
+
+
+def classify_file(rel: str, head: bytes) -> tuple[type[Ingester] | None, str]:
+    """The ingester that recognises a file, or None and why not."""
+    if not head:
+        return None, "empty file"
+    if _looks_binary(head):
+        return None, "binary content"
+    text = _decode_head(head)
+    name = rel.rpartition("/")[2]
+    scored = sorted(
+        ((ing.sniff(name, text), i, ing) for i, ing in enumerate(INGESTERS)), reverse=True
+    )
+    score, _, best = scored[0]
+    if score <= 0:
+        first = text.strip().splitlines()[0][:80] if text.strip() else ""
+        return None, f"no known format recognised (first line: {first!r})"
+    return best, ""
+
+
+def _replica_of(rel: str, replica_dirs: set[str]) -> str:
+    top = rel.split("/", 1)[0]
+    return top if top in replica_dirs else DEFAULT_REPLICA
+
+
+def discover(root: Path) -> Discovery:
+    """Walk `root` (a folder or one file) and classify every file in it."""
+    base = root.parent if root.is_file() else root
+    set_aside: list[InputRecord] = []
+    groups: dict[tuple[str, str], list[tuple[Path, str]]] = defaultdict(list)
+    anchor: datetime | None = None
+    anchor_source: str | None = None
+    for path in _walk(root):
+        rel = path.relative_to(base).as_posix()
+        size = path.stat().st_size
+        ingester, why = classify_file(rel, read_head(path, _HEAD_BYTES) if size else b"")
+        if ingester is None:
+            status = "skipped" if why in ("empty file", "binary content") else "unrecognised"
+            set_aside.append(InputRecord(rel, "unknown", status, why, size))
+            continue
+        key = ingester.series_key(rel) or rel
+        groups[(ingester.kind, key)].append((path, rel))
+        hint = ingester.time_hint(rel)
+        if hint is not None and (anchor is None or hint < anchor):
+            anchor, anchor_source = hint, "scrape file names"
+    replica_dirs = _replica_dirs(groups)
+    units = tuple(
+        _unit(kind, key, members, replica_dirs) for (kind, key), members in sorted(groups.items())
+    )
+    return Discovery(base, units, tuple(set_aside), anchor, anchor_source)
+
+
+def _replica_dirs(groups: dict[tuple[str, str], list[tuple[Path, str]]]) -> set[str]:
+    """First-level folders that each hold inputs: one replica per folder when there are two+."""
+    tops = {rel.split("/", 1)[0] for members in groups.values() for _, rel in members if "/" in rel}
+    with_logs = {
+        t
+        for (kind, _), members in groups.items()
+        for _, rel in members
+        if "/" in rel and (t := rel.split("/", 1)[0]) in tops and kind.endswith("_log")
+    }
+    return with_logs if len(with_logs) >= 2 else set()
+
+
+def _unit(
+    kind: str, key: str, members: list[tuple[Path, str]], replica_dirs: set[str]
+) -> InputUnit:
+    members.sort(key=lambda m: m[1])
+    files = tuple(p for p, _ in members)
+    rels = tuple(r for _, r in members)
+    rel = key if len(members) > 1 else rels[0]
+    size = sum(p.stat().st_size for p in files)
+    return InputUnit(kind, rel, files, rels, size, _replica_of(rels[0], replica_dirs))

@@ -1,0 +1,14 @@
+"""Ingesters: one per input kind, listed explicitly in the order they are consulted."""
+
+from __future__ import annotations
+
+from kvdiag.analyzer.ingest.base import Ingester
+from kvdiag.analyzer.ingest.prom_text import PromTextIngester
+from kvdiag.analyzer.ingest.vllm_log import VllmLogIngester
+
+INGESTERS: tuple[type[Ingester], ...] = (
+    VllmLogIngester,
+    PromTextIngester,
+)
+
+INGESTERS_BY_KIND: dict[str, type[Ingester]] = {i.kind: i for i in INGESTERS}

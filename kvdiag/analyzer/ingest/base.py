@@ -1,0 +1,137 @@
+"""The ingester contract.
+
+An ingester reads one input unit (a file, or a series of scrape files) and yields, in
+order: table batches (polars frames carrying provenance), input problems, and exactly one
+final `Account` of its lines. It never touches the database: the pipeline hands its
+batches to the store. Ingesters are independent of each other, so units can be read in
+parallel.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import ClassVar
+
+import polars as pl
+
+from kvdiag.analyzer.model import InputProblem, UnmatchedTemplate
+
+
+@dataclass(frozen=True, slots=True)
+class InputUnit:
+    """What one ingester reads: usually one file; a scrape series is many."""
+
+    kind: str
+    rel: str  # POSIX path relative to the incident folder (a folder for a series)
+    files: tuple[Path, ...]
+    rels: tuple[str, ...]  # relative path of each file
+    size_bytes: int
+    replica: str  # default replica name: the folder it sits in, else the file stem
+
+
+@dataclass(frozen=True, slots=True)
+class IngestContext:
+    """What an ingester may know beyond its own file."""
+
+    root: Path
+    year: int | None  # from --year
+    anchor: datetime | None  # absolute time seen elsewhere in the folder (scrape names ...)
+    anchor_source: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TableBatch:
+    """Rows for one store table."""
+
+    table: str
+    frame: pl.DataFrame
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    """Line accounting for one file or scrape series.
+
+    parsed + unmatched + undecodable = total.
+    """
+
+    path: str
+    lines_total: int
+    lines_parsed: int
+    lines_unmatched: int
+    lines_undecodable: int = 0
+    records: int = 0
+    notes: tuple[str, ...] = ()
+    templates: tuple[UnmatchedTemplate, ...] = ()
+
+    def balanced(self) -> bool:
+        return self.lines_parsed + self.lines_unmatched + self.lines_undecodable == (
+            self.lines_total
+        )
+
+
+Emit = TableBatch | InputProblem | Account
+
+
+class Ingester(ABC):
+    """Reads one kind of input. Subclasses declare their kind and the tables they fill."""
+
+    kind: ClassVar[str]
+    description: ClassVar[str]
+    tables: ClassVar[tuple[str, ...]]
+
+    @classmethod
+    @abstractmethod
+    def sniff(cls, name: str, head: str) -> int:
+        """How sure this ingester is that the file is its kind: 0 no, 1-100 yes."""
+
+    @classmethod
+    def series_key(cls, rel: str) -> str | None:
+        """Files sharing a key are read together as one unit (scrape series)."""
+        return None
+
+    @classmethod
+    def time_hint(cls, rel: str) -> datetime | None:
+        """An absolute time the file's name alone gives (scrape series), for dating logs."""
+        return None
+
+    @abstractmethod
+    def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:
+        """Yield batches and problems, and one Account per file (or one for a series)."""
+
+
+@dataclass
+class Tally:
+    """Mutable line counters an ingester keeps while it reads."""
+
+    total: int = 0
+    parsed: int = 0
+    unmatched: int = 0
+    undecodable: int = 0
+    records: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def account(self, path: str, templates: tuple[UnmatchedTemplate, ...] = ()) -> Account:
+        return Account(
+            path,
+            self.total,
+            self.parsed,
+            self.unmatched,
+            self.undecodable,
+            self.records,
+            tuple(self.notes),
+            templates,
+        )
+
+
+def template_expr(col: str = "text", limit: int = 160) -> pl.Expr:
+    """The shape of a line (numbers, hex and ids masked), so similar unmatched lines group."""
+    return (
+        pl.col(col)
+        .str.slice(0, limit)
+        .str.replace_all(r"0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}(?:-[0-9a-fA-F]{4,})*", "<N>")
+        .str.replace_all(r"\d+(?:[.,:]\d+)*", "<N>")
+    )

@@ -1,0 +1,163 @@
+"""One analysis, end to end: discover -> ingest -> store -> facts -> rules -> diagnosis."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from kvdiag import __version__
+from kvdiag.analyzer import classify, engine, facts, missing
+from kvdiag.analyzer.discover import Discovery, discover
+from kvdiag.analyzer.errors import NoInputError
+from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
+from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
+from kvdiag.analyzer.model import Diagnosis, InputProblem, InputRecord
+from kvdiag.analyzer.options import AnalyzeOptions
+from kvdiag.analyzer.store import Store
+
+# progress(unit_index, unit_count, unit, bytes_done_so_far)
+ProgressFn = Callable[[int, int, InputUnit, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    diagnosis: Diagnosis
+    db_path: Path | None
+
+
+def _record(unit: InputUnit, acct: Account) -> InputRecord:
+    files = dict(zip(unit.rels, unit.files, strict=True))
+    size = files[acct.path].stat().st_size if acct.path in files else unit.size_bytes
+    return InputRecord(
+        path=acct.path,
+        kind=unit.kind,
+        status="used" if acct.records or acct.lines_parsed else "skipped",
+        reason="" if acct.records or acct.lines_parsed else "nothing in it matched a known format",
+        size_bytes=size,
+        lines_total=acct.lines_total,
+        lines_parsed=acct.lines_parsed,
+        lines_unmatched=acct.lines_unmatched,
+        lines_undecodable=acct.lines_undecodable,
+        records=acct.records,
+        notes=acct.notes,
+        unmatched_templates=acct.templates,
+    )
+
+
+def _ingest_unit(
+    unit: InputUnit, ctx: IngestContext, store: Store
+) -> tuple[list[InputRecord], list[InputProblem]]:
+    ingester = INGESTERS_BY_KIND[unit.kind]()
+    records: list[InputRecord] = []
+    problems: list[InputProblem] = []
+    try:
+        for emit in ingester.ingest(unit, ctx):
+            if isinstance(emit, TableBatch):
+                store.append(emit.table, emit.frame)
+            elif isinstance(emit, InputProblem):
+                problems.append(emit)
+            else:
+                records.append(_record(unit, emit))
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except Exception as exc:  # one unreadable input must not stop the others
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        problems.append(InputProblem(unit.rel, None, f"could not be read as {unit.kind}: {last}"))
+        records.append(
+            InputRecord(unit.rel, unit.kind, "skipped", f"reader failed: {last}", unit.size_bytes)
+        )
+    return records, problems
+
+
+def _store_inputs(store: Store, records: list[InputRecord]) -> None:
+    rows = [
+        {
+            "path": r.path,
+            "kind": r.kind,
+            "status": r.status,
+            "reason": r.reason,
+            "size_bytes": r.size_bytes,
+            "lines_total": r.lines_total,
+            "lines_parsed": r.lines_parsed,
+            "lines_unmatched": r.lines_unmatched,
+            "lines_undecodable": r.lines_undecodable,
+            "records": r.records,
+        }
+        for r in records
+    ]
+    if rows:
+        store.append("inputs", pl.DataFrame(rows))
+    templates = [
+        {
+            "source_path": r.path,
+            "template": t.template,
+            "count": t.count,
+            "first_line": t.first_line,
+            "example": t.example,
+        }
+        for r in records
+        for t in r.unmatched_templates
+    ]
+    if templates:
+        store.append("unmatched_templates", pl.DataFrame(templates))
+
+
+def _ingest_all(
+    found: Discovery, opts: AnalyzeOptions, store: Store, progress: ProgressFn | None
+) -> tuple[list[InputRecord], list[InputProblem]]:
+    ctx = IngestContext(found.root, opts.year, found.anchor, found.anchor_source)
+    records: list[InputRecord] = list(found.set_aside)
+    problems: list[InputProblem] = []
+    done = 0
+    for i, unit in enumerate(found.units):
+        if progress is not None:
+            progress(i, len(found.units), unit, done)
+        recs, probs = _ingest_unit(unit, ctx, store)
+        records += recs
+        problems += probs
+        done += unit.size_bytes
+    records.sort(key=lambda r: r.path)
+    return records, problems
+
+
+def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysis:
+    """Run one analysis. Raises NoInputError when nothing could be ingested."""
+    root = opts.incident
+    if not root.exists():
+        raise NoInputError(f"{root}: no such file or folder")
+    found = discover(root)
+    if not found.units:
+        raise NoInputError(
+            f"{root}: no file in it is a known input ({len(found.set_aside)} set aside)"
+        )
+    store = Store(opts.db)
+    try:
+        records, problems = _ingest_all(found, opts, store, progress)
+        if not any(r.status == "used" for r in records):
+            raise NoInputError(f"{root}: nothing in it could be ingested")
+        _store_inputs(store, records)
+        reader = store.reader
+        established = facts.establish(reader)
+        absent = missing.missing_evidence(reader)
+        result = engine.run_rules(reader, established, opts)
+        verdict = classify.classify(result.findings, established, absent)
+        diagnosis = Diagnosis(
+            incident=opts.label or (root.name if root.is_dir() else root.stem),
+            verdict=verdict,
+            findings=result.findings,
+            facts=established,
+            inputs=tuple(records),
+            input_problems=tuple(problems),
+            missing_evidence=absent,
+            rules=result.runs,
+            engine_problems=result.problems,
+            kvdiag_version=__version__,
+        )
+    except BaseException:
+        store.discard()
+        raise
+    return Analysis(diagnosis, store.finish())

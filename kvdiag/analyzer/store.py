@@ -1,0 +1,115 @@
+"""The DuckDB store: the only module that writes the database.
+
+Ingesters hand frames to `Store.append`; rules read through `StoreReader`, which has no
+write path. With `--db PATH` the database is built at `PATH.partial` and renamed into place
+only when the analysis completes, so an interrupted run leaves no half-written file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from kvdiag.analyzer.schema import TABLES, Table, table
+
+
+def ddl(t: Table) -> str:
+    """CREATE TABLE statement for a declared table."""
+    cols = ",\n  ".join(f'"{c.name}" {c.type}' for c in t.columns)
+    return f'CREATE TABLE IF NOT EXISTS "{t.name}" (\n  {cols}\n)'
+
+
+class StoreReader:
+    """Read-only access to the store: what rules and fact-finders get."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self._con = con
+
+    def sql(self, query: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
+        """Run a read query and return a polars frame."""
+        # A cursor keeps rule queries independent of each other's result state.
+        cur = self._con.cursor()
+        try:
+            frame: pl.DataFrame = cur.sql(query, params=list(params or [])).pl()
+            return frame
+        finally:
+            cur.close()
+
+    def scalar(self, query: str, params: Sequence[Any] | None = None) -> Any:
+        """Run a query returning one value (or None when there is no row)."""
+        cur = self._con.cursor()
+        try:
+            rows = cur.sql(query, params=list(params or [])).fetchall()
+        finally:
+            cur.close()
+        return rows[0][0] if rows else None
+
+    def count(self, table_name: str) -> int:
+        """Rows in a declared table."""
+        table(table_name)  # reject unknown names before they reach SQL
+        return int(self.scalar(f'SELECT count(*) FROM "{table_name}"') or 0)
+
+
+class Store:
+    """The incident database. Create, append frames, hand out a reader, finish or discard."""
+
+    def __init__(self, keep_at: Path | None = None) -> None:
+        self._final = keep_at
+        if keep_at is not None:
+            self._path = keep_at.with_name(keep_at.name + ".partial")
+            self._path.unlink(missing_ok=True)
+            self._tmpdir = None
+        else:
+            self._tmpdir = tempfile.TemporaryDirectory(prefix="kvdiag-")
+            self._path = Path(self._tmpdir.name) / "incident.duckdb"
+        self._con = duckdb.connect(str(self._path))
+        for t in TABLES:
+            self._con.execute(ddl(t))
+
+    @property
+    def reader(self) -> StoreReader:
+        return StoreReader(self._con)
+
+    def append(self, table_name: str, frame: pl.DataFrame) -> None:
+        """Append a frame; its columns must be declared, missing ones become NULL."""
+        if frame.is_empty():
+            return
+        declared = table(table_name).column_names
+        unknown = [c for c in frame.columns if c not in declared]
+        if unknown:
+            raise ValueError(f"{table_name}: undeclared columns {unknown}")
+        self._con.register("_kvdiag_batch", frame)
+        try:
+            cols = ", ".join(f'"{c}"' for c in frame.columns)
+            self._con.execute(
+                f'INSERT INTO "{table_name}" ({cols}) SELECT {cols} FROM _kvdiag_batch'
+            )
+        finally:
+            self._con.unregister("_kvdiag_batch")
+
+    def finish(self) -> Path | None:
+        """Close; with --db, move the finished database into place and return its path."""
+        self._con.close()
+        if self._final is None:
+            if self._tmpdir is not None:
+                self._tmpdir.cleanup()
+            return None
+        os.replace(self._path, self._final)
+        return self._final
+
+    def discard(self) -> None:
+        """Close and delete everything (interrupted or failed run)."""
+        try:
+            self._con.close()
+        finally:
+            if self._tmpdir is not None:
+                self._tmpdir.cleanup()
+            else:
+                self._path.unlink(missing_ok=True)
+                Path(str(self._path) + ".wal").unlink(missing_ok=True)

@@ -1,0 +1,16 @@
+"""The rule pack: one module per rule, registered here explicitly, sorted by code."""
+
+from __future__ import annotations
+
+from kvdiag.rules.base import Rule
+from kvdiag.rules.kv301_saturation import KvSaturation
+
+RULES: tuple[type[Rule], ...] = (KvSaturation,)
+
+
+def get_rule(code_or_name: str) -> type[Rule]:
+    """A rule by code (KV301) or name (peak.kv_saturation)."""
+    for rule in RULES:
+        if code_or_name in (rule.code, rule.name):
+            return rule
+    raise KeyError(f"no rule {code_or_name!r}; see `kvdiag rules`")

@@ -1,0 +1,158 @@
+"""The rule contract: small classes that read the store and return findings.
+
+A rule declares its code, name, layer, severity, the class it implies, the tables it
+needs and its thresholds (with documented defaults, overridable from the CLI). The engine
+skips a rule whose tables are empty, with the reason, and turns a rule that raises into a
+listed engine problem instead of a crash.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar
+
+import polars as pl
+
+from kvdiag.analyzer.model import (
+    Comparison,
+    Evidence,
+    Fact,
+    Finding,
+    IncidentClass,
+    Remedy,
+    Severity,
+)
+from kvdiag.analyzer.store import StoreReader
+
+MAX_EVIDENCE = 8
+EXCERPT_CHARS = 240
+_CODE = re.compile(r"^KV[0-9]\d{2}$")
+_NAME = re.compile(r"^[a-z]+\.[a-z_]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """A tunable number a rule compares against, with its default and meaning."""
+
+    name: str
+    default: float
+    unit: str
+    doc: str
+
+
+def fmt_ts(value: Any) -> str | None:
+    """A timestamp as ISO text (seconds), or None."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    return str(value)
+
+
+def excerpt(raw: str | None) -> str:
+    text = (raw or "").strip()
+    return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 1] + "…"
+
+
+class RuleContext:
+    """What a rule may see: the store (read-only), the facts, its thresholds."""
+
+    def __init__(
+        self,
+        rule: Rule,
+        reader: StoreReader,
+        facts: Mapping[str, Fact | tuple[Fact, ...]],
+        thresholds: Mapping[str, float],
+    ) -> None:
+        self._rule = rule
+        self.store = reader
+        self.facts = facts
+        self._thresholds = thresholds
+
+    def sql(self, query: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
+        return self.store.sql(query, params)
+
+    def threshold(self, name: str) -> float:
+        return self._thresholds[name]
+
+    def fact_value(self, name: str) -> Any:
+        """A single fact's value, or None when absent (or per-scope only)."""
+        fact = self.facts.get(name)
+        return fact.value if isinstance(fact, Fact) else None
+
+    def evidence(self, row: Mapping[str, Any], what: str, value: Any) -> Evidence:
+        """Evidence from a store row that carries provenance columns."""
+        line = row.get("source_line")
+        return Evidence(
+            path=str(row["source_path"]),
+            line=int(line) if line is not None else None,
+            ts=fmt_ts(row.get("ts")),
+            what=what,
+            value=value,
+            excerpt=excerpt(row.get("raw")),
+        )
+
+    def finding(
+        self,
+        title: str,
+        evidence: Iterable[Evidence],
+        remediation: Iterable[Remedy] = (),
+        *,
+        severity: Severity | None = None,
+        replica: str | None = None,
+    ) -> Finding:
+        """A finding stamped with this rule's code, name, layer and implied class."""
+        unique = list(dict.fromkeys(evidence))
+        return Finding(
+            code=self._rule.code,
+            name=self._rule.name,
+            layer=self._rule.layer,
+            severity=severity or self._rule.severity,
+            title=title,
+            evidence=tuple(unique[:MAX_EVIDENCE]),
+            remediation=tuple(remediation),
+            implies=self._rule.implies,
+            evidence_total=len(unique),
+            replica=replica,
+        )
+
+
+class Rule(ABC):
+    """One check. Subclasses set the class attributes and implement `check`.
+
+    The first docstring line is the rule's summary in `kvdiag rules`.
+    """
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    layer: ClassVar[int | None]
+    severity: ClassVar[Severity]
+    implies: ClassVar[IncidentClass | None] = None
+    requires: ClassVar[tuple[str, ...]] = ()  # tables that must all have rows
+    requires_any: ClassVar[tuple[str, ...]] = ()  # at least one of these must have rows
+    thresholds: ClassVar[tuple[Threshold, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not _CODE.match(cls.code):
+            raise TypeError(f"{cls.__name__}: code {cls.code!r} must look like KV301")
+        if not _NAME.match(cls.name):
+            raise TypeError(f"{cls.__name__}: name {cls.name!r} must look like layer.snake_case")
+        if not (cls.__doc__ or "").strip():
+            raise TypeError(f"{cls.__name__}: a rule needs a docstring (its summary)")
+
+    @classmethod
+    def summary(cls) -> str:
+        return (cls.__doc__ or "").strip().splitlines()[0]
+
+    @classmethod
+    def defaults(cls) -> dict[str, float]:
+        return {t.name: t.default for t in cls.thresholds}
+
+    @abstractmethod
+    def check(self, ctx: RuleContext) -> Iterable[Finding | Comparison]:
+        """Yield findings (and reconciliation comparisons) from the store."""
