@@ -140,6 +140,14 @@ def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysi
         if not any(r.status == "used" for r in records):
             raise NoInputError(f"{root}: nothing in it could be ingested")
         _store_inputs(store, records)
+        if problems:
+            store.append(
+                "input_problems",
+                pl.DataFrame(
+                    [{"path": p.path, "line": p.line, "message": p.message} for p in problems],
+                    schema={"path": pl.String, "line": pl.Int64, "message": pl.String},
+                ),
+            )
         reader = store.reader
         established = facts.establish(reader)
         absent = missing.missing_evidence(reader)

@@ -1,0 +1,172 @@
+"""Tables filled from server logs (vLLM; SGLang adds its own columns where words differ)."""
+
+from __future__ import annotations
+
+from kvdiag.analyzer.schema.base import LOG_ENVELOPE, Table, cols
+
+LOG_TABLES: tuple[Table, ...] = (
+    Table(
+        "log_kv_pool",
+        "KV pool sizing lines printed at start-up (one row per line, per rank).",
+        LOG_ENVELOPE
+        + cols(
+            ("event", "VARCHAR", "which line shape: kv_cache_size, gpu_blocks, ..."),
+            ("device", "VARCHAR", "GPU, CPU, XPU ... as printed"),
+            ("tokens", "BIGINT", "pool size in tokens"),
+            ("blocks", "BIGINT", "pool size in blocks"),
+            ("cpu_blocks", "BIGINT", "v0 CPU swap blocks"),
+            ("gib", "DOUBLE", "pool memory in GiB (Available KV cache memory, Explicitly set ...)"),
+            ("total_gib", "DOUBLE", "memory the pool was carved from, when printed"),
+            ("max_model_len", "BIGINT", "max_model_len the concurrency refers to"),
+            ("concurrency", "DOUBLE", "maximum concurrency at max_model_len"),
+        ),
+    ),
+    Table(
+        "log_stats",
+        "Periodic engine stats lines (v0 every 5 s, v1 every 10 s, only while busy).",
+        LOG_ENVELOPE
+        + cols(
+            ("engine_idx", "INTEGER", "the `Engine 000:` index (v1)"),
+            ("prompt_tps", "DOUBLE", "avg prompt throughput, tokens/s"),
+            ("gen_tps", "DOUBLE", "avg generation throughput, tokens/s"),
+            ("running", "BIGINT", "running requests"),
+            ("waiting", "BIGINT", "waiting (v1) or pending (v0) requests"),
+            ("swapped", "BIGINT", "swapped requests (v0)"),
+            ("deferred", "BIGINT", "deferred requests (v1 0.20+)"),
+            ("preemptions", "BIGINT", "preemptions since the previous stats line (v1 0.11.2+)"),
+            ("kv_usage_pct", "DOUBLE", "KV cache usage of the device pool, percent"),
+            ("kv_device", "VARCHAR", "device word of the usage field: GPU, CPU, XPU ..."),
+            ("cpu_kv_usage_pct", "DOUBLE", "CPU swap-space usage (v0), percent"),
+            ("prefix_hit_pct", "DOUBLE", "prefix cache hit rate, percent"),
+            ("cpu_prefix_hit_pct", "DOUBLE", "v0 CPU prefix cache hit rate, percent"),
+            ("external_prefix_hit_pct", "DOUBLE", "KV-connector prefix cache hit rate, percent"),
+            ("mm_hit_pct", "DOUBLE", "multimodal cache hit rate, percent"),
+            ("used_tokens", "BIGINT", "tokens held in the pool (SGLang #token)"),
+            ("new_tokens", "BIGINT", "tokens prefilled in this batch (SGLang #new-token)"),
+            ("cached_tokens", "BIGINT", "prompt tokens served from the prefix cache (SGLang)"),
+            ("event", "VARCHAR", "line shape: stats_v0, stats_v1, sglang_decode, sglang_prefill"),
+        ),
+    ),
+    Table(
+        "log_engine",
+        "Engine identity: the 'Initializing ... engine (vX) with config' line and the banner.",
+        LOG_ENVELOPE
+        + cols(
+            ("event", "VARCHAR", "engine_init | banner | api_server_version"),
+            ("engine", "VARCHAR", "vllm | sglang | tgi"),
+            ("engine_kind", "VARCHAR", "V0 | V1 (vLLM), as printed"),
+            ("version", "VARCHAR", "engine version as printed, e.g. 0.32.0"),
+            ("model", "VARCHAR", "model path or name"),
+            ("dtype", "VARCHAR", "model dtype"),
+            ("max_seq_len", "BIGINT", "max_seq_len (= max_model_len)"),
+            ("tensor_parallel_size", "INTEGER", "TP size"),
+            ("pipeline_parallel_size", "INTEGER", "PP size"),
+            ("data_parallel_size", "INTEGER", "DP size"),
+            ("kv_cache_dtype", "VARCHAR", "KV cache dtype (auto = model dtype)"),
+            ("enable_prefix_caching", "VARCHAR", "True | False | None as printed"),
+            ("device", "VARCHAR", "device_config: cuda, cpu, ..."),
+            ("quantization", "VARCHAR", "quantization method"),
+        ),
+    ),
+    Table(
+        "log_memory",
+        "Start-up memory accounting: profiling results, weights, CUDA graphs, free memory checks.",
+        LOG_ENVELOPE
+        + cols(
+            (
+                "event",
+                "VARCHAR",
+                "which line: memory_profile, model_loading, graph_capture, free_memory, ...",
+            ),
+            ("total_gib", "DOUBLE", "device total memory, GiB"),
+            ("utilization", "DOUBLE", "gpu_memory_utilization (or SGLang mem_fraction_static)"),
+            ("requested_gib", "DOUBLE", "total x utilization, GiB"),
+            ("weights_gib", "DOUBLE", "model weights, GiB"),
+            ("non_torch_gib", "DOUBLE", "non-torch memory (NCCL, CUDA context), GiB"),
+            ("activation_gib", "DOUBLE", "PyTorch activation peak, GiB"),
+            ("cuda_graph_gib", "DOUBLE", "CUDA graph memory, GiB"),
+            ("kv_gib", "DOUBLE", "memory left for (or given to) the KV cache, GiB"),
+            ("free_gib", "DOUBLE", "free device memory at the time, GiB"),
+            ("initial_used_gib", "DOUBLE", "memory in use before the engine started, GiB"),
+            ("kv_cache_memory_bytes", "BIGINT", "a suggested or current --kv-cache-memory value"),
+            ("seconds", "DOUBLE", "duration the line reports"),
+        ),
+    ),
+    Table(
+        "log_preemptions",
+        "Preemption and retraction events printed per event (v0 warnings, SGLang retractions).",
+        LOG_ENVELOPE
+        + cols(
+            ("event", "VARCHAR", "v0_preempted | sglang_retract"),
+            ("request_id", "VARCHAR", "sequence group or request id"),
+            ("mode", "VARCHAR", "RECOMPUTE | SWAP | retract"),
+            ("cumulative", "BIGINT", "engine's cumulative count (v0 prints every 50th)"),
+            ("count", "BIGINT", "requests affected by this event (SGLang #retracted_reqs)"),
+            ("ratio_before", "DOUBLE", "SGLang new_token_ratio before"),
+            ("ratio_after", "DOUBLE", "SGLang new_token_ratio after"),
+        ),
+    ),
+    Table(
+        "log_capacity_errors",
+        "Start-up refusals for lack of KV memory, and runtime pool exhaustion errors.",
+        LOG_ENVELOPE
+        + cols(
+            (
+                "event",
+                "VARCHAR",
+                "max_len_exceeds_pool | needs_more_kv | no_cache_blocks | free_below_desired | ...",
+            ),
+            ("max_model_len", "BIGINT", "the length that does not fit"),
+            ("pool_tokens", "BIGINT", "tokens the pool holds (v0 message)"),
+            ("needed_gib", "DOUBLE", "KV memory one max-length request needs, GiB"),
+            ("available_gib", "DOUBLE", "KV memory available, GiB"),
+            ("estimated_max_len", "BIGINT", "largest length the pool could hold, as printed"),
+            ("free_gib", "DOUBLE", "free device memory at start, GiB"),
+            ("total_gib", "DOUBLE", "device total memory, GiB"),
+            ("utilization", "DOUBLE", "requested gpu_memory_utilization"),
+            ("requested_gib", "DOUBLE", "requested memory, GiB"),
+            ("message", "VARCHAR", "the error text"),
+        ),
+    ),
+    Table(
+        "log_oom",
+        "CUDA out-of-memory errors (every torch wording), with the numbers they state.",
+        LOG_ENVELOPE
+        + cols(
+            ("gpu", "INTEGER", "device index"),
+            ("tried_bytes", "BIGINT", "allocation that failed"),
+            ("total_bytes", "BIGINT", "device capacity"),
+            ("free_bytes", "BIGINT", "free at the time"),
+            ("process_bytes", "BIGINT", "memory this process held"),
+            ("allocated_bytes", "BIGINT", "allocated by PyTorch"),
+            ("reserved_unallocated_bytes", "BIGINT", "reserved by PyTorch but unallocated"),
+            (
+                "other_processes",
+                "VARCHAR",
+                "JSON list of {pid, bytes} from 'Process N has X in use'",
+            ),
+        ),
+    ),
+    Table(
+        "log_http",
+        "HTTP access lines (uvicorn), so rejections (503, 400) can be counted.",
+        LOG_ENVELOPE
+        + cols(
+            ("client", "VARCHAR", "client address"),
+            ("method", "VARCHAR", "HTTP method"),
+            ("path", "VARCHAR", "request path"),
+            ("status", "INTEGER", "HTTP status"),
+        ),
+    ),
+    Table(
+        "log_requests",
+        "Per-request lines (request logging on): admission with lengths, finish, abort.",
+        LOG_ENVELOPE
+        + cols(
+            ("event", "VARCHAR", "received | finished | aborted"),
+            ("request_id", "VARCHAR", "request id"),
+            ("prompt_tokens", "BIGINT", "prompt length in tokens"),
+            ("max_tokens", "BIGINT", "max_tokens requested"),
+        ),
+    ),
+)
