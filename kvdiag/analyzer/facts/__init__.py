@@ -1,0 +1,37 @@
+"""Establish the key numbers of the incident from the store, each with its source.
+
+Facts are read, never guessed silently: a derived value says how it was derived, and a
+number the folder does not hold is simply absent (and named in missing_evidence).
+Per-replica values become a tuple of facts scoped by replica when there are several.
+Finders run in order; a later finder may use facts an earlier one established.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kvdiag.analyzer.facts.base import Facts
+from kvdiag.analyzer.facts.engine import engine_facts
+from kvdiag.analyzer.facts.load import load_facts, preemption_facts
+from kvdiag.analyzer.facts.pool import bytes_per_token, config_facts, pool_facts
+from kvdiag.analyzer.store import StoreReader
+
+FINDERS: tuple[Callable[[StoreReader, Facts], None], ...] = (
+    engine_facts,
+    config_facts,
+    pool_facts,
+    load_facts,
+    preemption_facts,
+    bytes_per_token,
+)
+
+
+def establish(reader: StoreReader) -> Facts:
+    """All facts the store supports."""
+    facts: Facts = {}
+    for finder in FINDERS:
+        finder(reader, facts)
+    return facts
+
+
+__all__ = ["FINDERS", "Facts", "establish"]

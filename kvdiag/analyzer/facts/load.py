@@ -1,0 +1,60 @@
+"""Load facts: peak usage, queue, running, preemptions."""
+
+from __future__ import annotations
+
+from kvdiag.analyzer.facts.base import Facts, ref
+from kvdiag.analyzer.model import Fact
+from kvdiag.analyzer.store import StoreReader
+from kvdiag.analyzer.timeseries import counter_increase
+
+_LOAD_FACTS: tuple[tuple[str, str, str, str, float], ...] = (
+    # fact, canonical metric, stats-line column, unit, stats-line scale to the metric's unit
+    ("peak_kv_usage", "kv_cache_usage", "kv_usage_pct", "ratio", 0.01),
+    ("max_requests_waiting", "num_requests_waiting", "waiting", "requests", 1.0),
+    ("max_requests_running", "num_requests_running", "running", "requests", 1.0),
+)
+
+
+def load_facts(reader: StoreReader, facts: Facts) -> None:
+    """Peaks of the load gauges: from metrics when scraped, else from the stats lines."""
+    for name, metric, column, unit, scale in _LOAD_FACTS:
+        rows = reader.sql(
+            "SELECT * FROM metric_samples WHERE metric = ? AND suffix = '' AND value = "
+            "(SELECT max(value) FROM metric_samples WHERE metric = ? AND suffix = '') "
+            "ORDER BY ts NULLS LAST, source_path, source_line LIMIT 1",
+            [metric, metric],
+        )
+        value_col = "value"
+        if rows.is_empty():
+            rows = reader.sql(
+                f"SELECT * FROM log_stats WHERE {column} = (SELECT max({column}) FROM log_stats) "
+                "ORDER BY ts NULLS LAST, source_path, source_line LIMIT 1"
+            )
+            value_col = column
+        if rows.height:
+            r = rows.row(0, named=True)
+            value = float(r[value_col]) * (scale if value_col == column else 1.0)
+            facts[name] = Fact(round(value, 4) if unit == "ratio" else int(value), unit, ref(r))
+
+
+def preemption_facts(reader: StoreReader, facts: Facts) -> None:
+    """Preemptions during the window: the counter's increase, else the stats lines' sum."""
+    series = reader.sql(
+        "SELECT * FROM metric_samples WHERE metric = 'num_preemptions' AND suffix = 'total' "
+        "ORDER BY replica, engine, ts NULLS FIRST, source_path, source_line"
+    )
+    if series.height:
+        total = counter_increase(series)
+        last = series.row(series.height - 1, named=True)
+        facts["preemptions"] = Fact(
+            int(total), "preemptions", ref(last), "increase of vllm:num_preemptions_total"
+        )
+        return
+    rows = reader.sql(
+        "SELECT * FROM log_stats WHERE preemptions IS NOT NULL ORDER BY source_path, source_line"
+    )
+    if rows.height:
+        last = rows.row(rows.height - 1, named=True)
+        facts["preemptions"] = Fact(
+            int(rows["preemptions"].sum()), "preemptions", ref(last), "sum of stats lines"
+        )
