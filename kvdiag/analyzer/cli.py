@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 
@@ -156,6 +157,9 @@ def cli() -> None:
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress or summary on stderr.")
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks of internal errors.")
+@click.option(
+    "--timings", is_flag=True, help="Print seconds per phase on stderr (timing PHASE SECONDS)."
+)
 def analyze_cmd(
     incident: Path | None,
     example: str | None,
@@ -170,6 +174,7 @@ def analyze_cmd(
     color: bool | None,
     quiet: bool,
     verbose: bool,
+    timings: bool,
 ) -> None:
     """Analyse an incident folder (or archive, or single file) and print the diagnosis.
 
@@ -203,6 +208,7 @@ def analyze_cmd(
         if show_progress:
             click.echo("\r\x1b[K", nl=False, err=True)
     out_fmt = OutputFormat(fmt)
+    render_start = time.perf_counter()
     use_color = (
         color
         if color is not None
@@ -218,6 +224,10 @@ def analyze_cmd(
         where = f"wrote {output}" if output else "report on stdout"
         db_note = f"; database {result.db_path}" if result.db_path else ""
         click.echo(f"{where}: {v.primary.value} ({v.confidence.value}){db_note}", err=True)
+    if timings:
+        phases = {**result.timings, "render": time.perf_counter() - render_start}
+        for phase, seconds in phases.items():
+            click.echo(f"timing {phase} {seconds:.4f}", err=True)
     for problem in result.diagnosis.engine_problems:
         click.echo(f"kvdiag: {problem}", err=True)
     sys.exit(int(exit_code_for(result.diagnosis, opts.fail_on)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,20 @@ ProgressFn = Callable[[int, int, InputUnit, int], None]
 class Analysis:
     diagnosis: Diagnosis
     db_path: Path | None
+    timings: dict[str, float]  # seconds per phase: discover, ingest, facts, rules
+
+
+class _Clock:
+    """Seconds spent per phase, for `--timings` and the benchmarks."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.timings[phase] = round(now - self._last, 4)
+        self._last = now
 
 
 def _record(unit: InputUnit, acct: Account) -> InputRecord:
@@ -129,7 +144,9 @@ def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysi
     root = opts.incident
     if not root.exists():
         raise NoInputError(f"{root}: no such file or folder")
+    clock = _Clock()
     found = discover(root)
+    clock.lap("discover")
     if not found.units:
         raise NoInputError(
             f"{root}: no file in it is a known input ({len(found.set_aside)} set aside)"
@@ -137,6 +154,7 @@ def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysi
     store = Store(opts.db)
     try:
         records, problems = _ingest_all(found, opts, store, progress)
+        clock.lap("ingest")
         if not any(r.status == "used" for r in records):
             raise NoInputError(f"{root}: nothing in it could be ingested")
         _store_inputs(store, records)
@@ -151,8 +169,10 @@ def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysi
         reader = store.reader
         established = facts.establish(reader)
         absent = missing.missing_evidence(reader)
+        clock.lap("facts")
         result = engine.run_rules(reader, established, opts)
         verdict = classify.classify(result.findings, established, absent)
+        clock.lap("rules")
         diagnosis = Diagnosis(
             incident=opts.label or (root.name if root.is_dir() else root.stem),
             verdict=verdict,
@@ -168,4 +188,6 @@ def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysi
     except BaseException:
         store.discard()
         raise
-    return Analysis(diagnosis, store.finish())
+    db_path = store.finish()
+    clock.lap("store")
+    return Analysis(diagnosis, db_path, clock.timings)

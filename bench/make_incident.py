@@ -1,0 +1,139 @@
+"""Build large incidents by replaying the real lines of a fixture.
+
+Logs: the fixture's server.log start-up is written once, then its steady-state lines
+(access lines, stats lines, everything after start-up) are replayed block after block
+with timestamps shifted forward and the numbers of the stats lines varied, until the
+file reaches the requested size. Scrapes: the fixture's real scrape files are replayed
+under new `<unix_ts>.prom` names one second apart, with the KV usage, running and waiting
+gauges varied. Nothing is invented beyond shifting times and varying numbers.
+
+    python bench/make_incident.py logs  OUT_DIR --gb 1
+    python bench/make_incident.py scrapes OUT_DIR --count 86400
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "fixtures" / "vllm-b-saturation" / "incident"
+_TS = re.compile(rb"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+_STATS = re.compile(rb"Running: \d+ reqs, Waiting: \d+ reqs, (\w+) KV cache usage: [\d.]+%")
+_PORT = re.compile(rb"127\.0\.0\.1:\d+")
+_GAUGES = (
+    b"vllm:kv_cache_usage_perc{",
+    b"vllm:num_requests_running{",
+    b"vllm:num_requests_waiting{",
+)
+
+
+def _split_startup(lines: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    """Start-up is everything before the first access line; the rest is steady state."""
+    for i, line in enumerate(lines):
+        if line.startswith(b"INFO:     127.0.0.1"):
+            return lines[:i], lines[i:]
+    return lines, []
+
+
+def _line_time(line: bytes, year: int) -> datetime | None:
+    m = _TS.search(line)
+    if m is None:
+        return None
+    mo, d, h, mi, s = (int(g) for g in m.groups())
+    return datetime(year, mo, d, h, mi, s)
+
+
+def _vary_stats(line: bytes, rng: random.Random) -> bytes:
+    def repl(m: re.Match[bytes]) -> bytes:
+        running, waiting = rng.randint(0, 8), rng.randint(0, 40)
+        usage = rng.uniform(0, 100)
+        return b"Running: %d reqs, Waiting: %d reqs, %s KV cache usage: %.1f%%" % (
+            running,
+            waiting,
+            m.group(1),
+            usage,
+        )
+
+    return _STATS.sub(repl, line)
+
+
+def make_logs(out: Path, gigabytes: float, seed: int = 7) -> Path:
+    """Write OUT/server.log of about `gigabytes` GB from the fixture's real lines."""
+    rng = random.Random(seed)
+    lines = (FIXTURE / "server.log").read_bytes().split(b"\n")
+    startup, steady = _split_startup(lines)
+    year = 2026
+    times = [_line_time(line, year) for line in steady]
+    known = [t for t in times if t is not None]
+    span = (max(known) - min(known)) + timedelta(seconds=10) if known else timedelta(seconds=60)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "server.log"
+    target = int(gigabytes * 1e9)
+    written = 0
+    with path.open("wb") as fh:
+        block = b"\n".join(startup) + b"\n"
+        fh.write(block)
+        written += len(block)
+        shift = timedelta(0)
+        while written < target:
+            shift += span
+            chunk = []
+            for line, t in zip(steady, times, strict=True):
+                if t is not None:
+                    line = _TS.sub((t + shift).strftime("%m-%d %H:%M:%S").encode(), line, 1)
+                    line = _vary_stats(line, rng)
+                elif line.startswith(b"INFO:     127.0.0.1:"):
+                    line = _PORT.sub(b"127.0.0.1:%d" % rng.randint(20000, 65000), line, 1)
+                chunk.append(line)
+            block = b"\n".join(chunk) + b"\n"
+            fh.write(block)
+            written += len(block)
+    return path
+
+
+def _vary_scrape(body: bytes, rng: random.Random) -> bytes:
+    out = []
+    for line in body.split(b"\n"):
+        if line.startswith(_GAUGES):
+            head, _, _ = line.rpartition(b" ")
+            value = rng.uniform(0, 1) if b"usage" in line else float(rng.randint(0, 40))
+            line = head + b" " + repr(value).encode()
+        out.append(line)
+    return b"\n".join(out)
+
+
+def make_scrapes(out: Path, count: int, seed: int = 7) -> Path:
+    """Write OUT/metrics/<ts>.prom x count from the fixture's real scrapes, 1 s apart."""
+    rng = random.Random(seed)
+    sources = sorted((FIXTURE / "metrics").glob("*.prom"))
+    bodies = [p.read_bytes() for p in sources]
+    folder = out / "metrics"
+    folder.mkdir(parents=True, exist_ok=True)
+    start = float(sources[0].name.rsplit(".", 1)[0])
+    for i in range(count):
+        body = _vary_scrape(bodies[i % len(bodies)], rng)
+        (folder / f"{start + i:.3f}.prom").write_bytes(body)
+    return folder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("what", choices=["logs", "scrapes"])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--gb", type=float, default=1.0, help="log size in GB")
+    parser.add_argument("--count", type=int, default=86400, help="number of scrapes")
+    args = parser.parse_args()
+    if args.what == "logs":
+        print(make_logs(args.out, args.gb))
+    else:
+        print(make_scrapes(args.out, args.count))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""Benchmark kvdiag on large replayed incidents and print ratios (a benchmark, not a test).
+
+For each input it prints kvdiag's wall time and peak RSS (the whole process tree, sampled),
+and the ratios to baselines on the same bytes: `grep -c`, a plain Python `re` loop over
+the lines, and prometheus_client's text parser for scrapes (timed on a sample of files
+and extrapolated when the series is large; the sample size is printed).
+
+    python bench/run_bench.py                 # 1 GB and 5 GB of logs, 86,400 scrapes
+    python bench/run_bench.py --smoke         # small sizes, for CI
+    python bench/run_bench.py --only logs --gb 1
+
+Needs the `bench` extra (psutil, prometheus_client). Generated inputs are cached under
+bench/out/ (git-ignored) and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_incident import make_logs, make_scrapes
+
+OUT = Path(__file__).resolve().parent / "out"
+STATS_RE = re.compile(r"Running: (\d+) reqs, Waiting: (\d+) reqs, \w+ KV cache usage: ([\d.]+)%")
+
+
+@dataclass
+class Run:
+    wall_s: float
+    peak_rss_mib: float
+    timings: dict[str, float]
+
+
+def kvdiag_run(incident: Path) -> Run:
+    """Run `kvdiag analyze` and sample the RSS of its whole process tree."""
+    report = incident.parent / f"{incident.name}.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "kvdiag",
+        "analyze",
+        str(incident),
+        "-f",
+        "json",
+        "-q",
+        "-o",
+        str(report),
+        "--timings",
+    ]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    parent = psutil.Process(proc.pid)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            tree = [parent, *parent.children(recursive=True)]
+            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    wall = time.perf_counter() - start
+    stderr = proc.stderr.read() if proc.stderr else ""
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"kvdiag failed ({proc.returncode}):\n{stderr}")
+    timings = {}
+    for line in stderr.splitlines():
+        if line.startswith("timing "):
+            _, phase, seconds = line.split()
+            timings[phase] = float(seconds)
+    return Run(wall, peak / 2**20, timings)
+
+
+def grep_count(paths: list[Path], pattern: str = "KV cache usage") -> float:
+    start = time.perf_counter()
+    for chunk in range(0, len(paths), 2000):
+        subprocess.run(
+            ["grep", "-c", pattern, *map(str, paths[chunk : chunk + 2000])], capture_output=True
+        )
+    return time.perf_counter() - start
+
+
+def python_re_loop(path: Path) -> float:
+    start = time.perf_counter()
+    hits = 0
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if STATS_RE.search(line):
+                hits += 1
+    return time.perf_counter() - start
+
+
+def prometheus_client_time(files: list[Path], sample: int) -> tuple[float, int]:
+    """Seconds prometheus_client takes for all files, extrapolated from `sample` files."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    chosen = files[: min(sample, len(files))]
+    start = time.perf_counter()
+    for f in chosen:
+        for family in text_string_to_metric_families(f.read_text()):
+            for _ in family.samples:
+                pass
+    took = time.perf_counter() - start
+    return took * len(files) / len(chosen), len(chosen)
+
+
+def bench_logs(gb: float) -> dict[str, object]:
+    folder = OUT / f"logs-{gb:g}gb"
+    log = folder / "server.log"
+    if not log.exists():
+        print(f"building {gb:g} GB of logs in {folder} ...", file=sys.stderr)
+        make_logs(folder, gb)
+    size = log.stat().st_size
+    run = kvdiag_run(folder)
+    grep = grep_count([log])
+    rows = {
+        "input": f"{size / 1e9:.2f} GB vLLM log",
+        "kvdiag_s": round(run.wall_s, 2),
+        "peak_rss_mib": round(run.peak_rss_mib),
+        "grep_c_s": round(grep, 2),
+        "x_grep": round(run.wall_s / grep, 2),
+        "timings": run.timings,
+    }
+    if gb <= 1.5:  # the Python loop on 5 GB adds a minute and says nothing new
+        loop = python_re_loop(log)
+        rows |= {"python_re_s": round(loop, 2), "x_python_re": round(run.wall_s / loop, 2)}
+    return rows
+
+
+def bench_scrapes(count: int, sample: int) -> dict[str, object]:
+    folder = OUT / f"scrapes-{count}"
+    if not (folder / "metrics").is_dir():
+        print(f"building {count} scrapes in {folder} ...", file=sys.stderr)
+        make_scrapes(folder, count)
+    files = sorted((folder / "metrics").glob("*.prom"))
+    size = sum(f.stat().st_size for f in files)
+    run = kvdiag_run(folder)
+    prom, sampled = prometheus_client_time(files, sample)
+    grep = grep_count(files, "vllm:kv_cache_usage_perc")
+    return {
+        "input": f"{len(files):,} scrapes, {size / 1e9:.2f} GB",
+        "kvdiag_s": round(run.wall_s, 2),
+        "peak_rss_mib": round(run.peak_rss_mib),
+        "prometheus_client_s": round(prom, 1),
+        "prometheus_client_sampled_files": sampled,
+        "speedup_vs_prometheus_client": round(prom / run.wall_s, 1),
+        "grep_c_s": round(grep, 2),
+        "x_grep": round(run.wall_s / grep, 2),
+        "timings": run.timings,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--smoke", action="store_true", help="small sizes (CI)")
+    parser.add_argument("--only", choices=["logs", "scrapes"])
+    parser.add_argument("--gb", type=float, nargs="*", help="log sizes in GB (default 1 5)")
+    parser.add_argument("--scrapes", type=int, help="number of scrapes (default 86400)")
+    parser.add_argument(
+        "--sample", type=int, default=2000, help="scrapes timed with prometheus_client"
+    )
+    parser.add_argument("--clean", action="store_true", help="delete bench/out first")
+    args = parser.parse_args()
+    if args.clean:
+        shutil.rmtree(OUT, ignore_errors=True)
+    sizes = args.gb or ([0.02] if args.smoke else [1.0, 5.0])
+    scrapes = args.scrapes or (300 if args.smoke else 86400)
+    results = []
+    if args.only in (None, "logs"):
+        results += [bench_logs(gb) for gb in sizes]
+    if args.only in (None, "scrapes"):
+        results.append(bench_scrapes(scrapes, min(args.sample, scrapes)))
+    for row in results:
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
