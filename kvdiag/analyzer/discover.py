@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from kvdiag.analyzer import archive
 from kvdiag.analyzer.ingest import INGESTERS
 from kvdiag.analyzer.ingest.base import Ingester, InputUnit
 from kvdiag.analyzer.ingest.lines import read_head
@@ -41,6 +42,53 @@ def _walk(root: Path) -> list[Path]:
         dirs.sort()
         found += [Path(folder) / f for f in sorted(files)]
     return found
+
+
+def _is_archive(head: bytes) -> bool:
+    """Zip, or tar (possibly gzip-compressed: `read_head` already decompressed it)."""
+    return head[:4] == b"PK\x03\x04" or head[257:262] == b"ustar"
+
+
+def _outside(path: Path, base: Path) -> bool:
+    """A symlink whose target lies outside the incident folder."""
+    try:
+        path.resolve().relative_to(base.resolve())
+    except ValueError:
+        return True
+    return False
+
+
+def _files(
+    root: Path, scratch: Path | None, set_aside: list[InputRecord], depth: int = 0
+) -> list[tuple[Path, str, bytes]]:
+    """(path, relative name, head) of every readable file, archives expanded into scratch."""
+    base = root.parent if root.is_file() else root
+    out: list[tuple[Path, str, bytes]] = []
+    for path in _walk(root):
+        rel = path.relative_to(base).as_posix()
+        if path.is_symlink() and _outside(path, base):
+            set_aside.append(
+                InputRecord(
+                    rel,
+                    "unknown",
+                    "refused",
+                    "symbolic link pointing outside the incident folder",
+                    0,
+                )
+            )
+            continue
+        if not path.is_file():
+            set_aside.append(InputRecord(rel, "unknown", "skipped", "not a regular file", 0))
+            continue
+        head = read_head(path, _HEAD_BYTES) if path.stat().st_size else b""
+        if _is_archive(head) and scratch is not None and depth < 2:
+            unpacked = archive.unpack(path, scratch)
+            set_aside += unpacked.refused
+            inner = _files(unpacked.root, scratch, set_aside, depth + 1)
+            out += [(p, f"{rel}/{r}", h) for p, r, h in inner]
+            continue
+        out.append((path, rel, head))
+    return out
 
 
 def _decode_head(head: bytes) -> str:
@@ -79,17 +127,23 @@ def _replica_of(rel: str, replica_dirs: set[str]) -> str:
     return top if top in replica_dirs else DEFAULT_REPLICA
 
 
-def discover(root: Path) -> Discovery:
-    """Walk `root` (a folder or one file) and classify every file in it."""
+def discover(root: Path, scratch: Path | None = None) -> Discovery:
+    """Walk `root` (a folder, an archive or one file) and classify every file in it.
+
+    Archives are unpacked into `scratch` (nothing is unpacked without one).
+    """
     base = root.parent if root.is_file() else root
     set_aside: list[InputRecord] = []
     groups: dict[tuple[str, str], list[tuple[Path, str]]] = defaultdict(list)
     anchor: datetime | None = None
     anchor_source: str | None = None
-    for path in _walk(root):
-        rel = path.relative_to(base).as_posix()
+    if scratch is not None and archive.archive_kind(root) is not None:
+        unpacked = archive.unpack(root, scratch)
+        set_aside += unpacked.refused
+        root = base = unpacked.root
+    for path, rel, head in _files(root, scratch, set_aside):
         size = path.stat().st_size
-        ingester, why = classify_file(rel, read_head(path, _HEAD_BYTES) if size else b"")
+        ingester, why = classify_file(rel, head)
         if ingester is None:
             status = "skipped" if why in ("empty file", "binary content") else "unrecognised"
             set_aside.append(InputRecord(rel, "unknown", status, why, size))

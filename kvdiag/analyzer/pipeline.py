@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -141,11 +142,17 @@ def _ingest_all(
 
 def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysis:
     """Run one analysis. Raises NoInputError when nothing could be ingested."""
+    if not opts.incident.exists():
+        raise NoInputError(f"{opts.incident}: no such file or folder")
+    # Archives are unpacked here; the folder lives until the analysis is done.
+    with tempfile.TemporaryDirectory(prefix="kvdiag-scratch-") as scratch:
+        return _analyze(opts, Path(scratch), progress)
+
+
+def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -> Analysis:
     root = opts.incident
-    if not root.exists():
-        raise NoInputError(f"{root}: no such file or folder")
     clock = _Clock()
-    found = discover(root)
+    found = discover(root, scratch)
     clock.lap("discover")
     if not found.units:
         raise NoInputError(
