@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from kvdiag import __version__
+from kvdiag.analyzer.cli_collect import collect_cmd
 from kvdiag.analyzer.errors import KvdiagError
 from kvdiag.analyzer.examples import EXAMPLES, example_path
 from kvdiag.analyzer.exitcodes import ExitCode, exit_code_table
@@ -234,6 +235,9 @@ def analyze_cmd(
 
 
 cli.add_command(analyze_cmd, name="analyze")
+
+
+cli.add_command(collect_cmd)
 
 
 @cli.command()
