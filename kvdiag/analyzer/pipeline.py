@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,10 +12,11 @@ import polars as pl
 
 from kvdiag import __version__
 from kvdiag.analyzer import classify, engine, facts, missing
-from kvdiag.analyzer.discover import Discovery, discover
+from kvdiag.analyzer.discover import DEFAULT_REPLICA, Discovery, discover
 from kvdiag.analyzer.errors import NoInputError
 from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
+from kvdiag.analyzer.ingest.model_config import model_config_unit
 from kvdiag.analyzer.model import Diagnosis, InputProblem, InputRecord
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.store import Store
@@ -124,12 +126,24 @@ def _ingest_all(
     return records, problems
 
 
+def _with_model_config(found: Discovery, path: Path | None) -> Discovery:
+    """--model-config PATH: one more input, read as a config.json whatever its content."""
+    if path is None:
+        return found
+    if not path.is_file():
+        raise NoInputError(f"--model-config {path}: no such file")
+    unit = model_config_unit(path, found.root, DEFAULT_REPLICA)
+    units = (*(u for u in found.units if unit.rel not in u.rels), unit)
+    set_aside = tuple(r for r in found.set_aside if r.path != unit.rel)
+    return dataclasses.replace(found, units=units, set_aside=set_aside)
+
+
 def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysis:
     """Run one analysis. Raises NoInputError when nothing could be ingested."""
     root = opts.incident
     if not root.exists():
         raise NoInputError(f"{root}: no such file or folder")
-    found = discover(root)
+    found = _with_model_config(discover(root), opts.model_config)
     if not found.units:
         raise NoInputError(
             f"{root}: no file in it is a known input ({len(found.set_aside)} set aside)"
