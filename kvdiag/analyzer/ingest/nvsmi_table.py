@@ -20,8 +20,8 @@ from kvdiag.analyzer.ingest.nvsmi_book import SnapshotBook, number
 
 KIND = "nvsmi_table"
 
-_BORDER = re.compile(r"^\+[-=+]+\+$")
-_RULE_CELLS = re.compile(r"^[-=+| ]+$")
+# Borders and rules: +----+, |====+====|, and the 535 layout's |----+----+ (ends in +).
+_BORDER = re.compile(r"^[+|][-=+|]*[-=][-=+|]*[+|]$")
 _HEADER = re.compile(
     r"NVIDIA-SMI\s+(?P<smi>\S+)\s+(?:Driver|KMD) Version:\s+(?P<driver>\S+)"
     r"(?:\s+CUDA(?: UMD)? Version:\s+(?P<cuda>\S+))?"
@@ -56,10 +56,7 @@ class TableReader:
         if not (line.startswith("|") and line.endswith("|") and len(line) > 1):
             return False
         cells = line[1:-1].split("|")
-        inner = "|".join(cells)
-        if _RULE_CELLS.match(inner):
-            return True  # |====+====| and |----+----| separators
-        header = _HEADER.search(inner)
+        header = _HEADER.search(line)
         if header:
             self.driver = header["driver"]
             self.book.start(KIND, self.driver)
