@@ -11,7 +11,7 @@ import pytest
 
 from kvdiag.analyzer.ingest.nvidia_smi import name_time
 from kvdiag.analyzer.ingest.rows import count_lines
-from tests.conftest import shared
+from tests.conftest import SHARED, shared
 from tests.ingest_helpers import ingest, kind_of, write
 
 ISSUES = "realdata/issues"
@@ -32,32 +32,22 @@ def _gpus(path: Path) -> list[dict[str, object]]:
     return result.table("gpu_snapshots").sort("snapshot", "gpu").to_dicts()
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "nvsmi-2x3090-busy-3.nvsmi.txt",
-        "nvsmi-2x3090-vllm-tp2-1.nvsmi.txt",
-        "nvsmi-2x5090-kmd-header-2.nvsmi.txt",
-        "nvsmi-8xL40S-vllm-tp8-ep-4.nvsmi.txt",
-        "nvsmi-query-csv-5060ti-6.nvsmi.txt",
-        "nvsmi-query-csv-windows-5.nvsmi.txt",
-    ],
-)
+def _captures(tables_only: bool = False) -> list[str]:
+    """Names of the nvidia-smi pastes in realdata/issues (a placeholder that skips if absent)."""
+    folder = SHARED / ISSUES
+    paths = sorted(folder.glob("nvsmi-*")) if folder.is_dir() else []
+    names = [p.name for p in paths if not tables_only or MEMORY_CELL.search(p.read_text())]
+    return names or ["absent"]
+
+
+@pytest.mark.parametrize("name", _captures())
 def test_every_real_capture_is_recognised_and_fully_parsed(name: str) -> None:
     path = _real(name)
     assert kind_of(path) == "nvidia_smi"
     assert _gpus(path), "no GPU row"
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "nvsmi-2x3090-busy-3.nvsmi.txt",
-        "nvsmi-2x3090-vllm-tp2-1.nvsmi.txt",
-        "nvsmi-2x5090-kmd-header-2.nvsmi.txt",
-        "nvsmi-8xL40S-vllm-tp8-ep-4.nvsmi.txt",
-    ],
-)
+@pytest.mark.parametrize("name", _captures(tables_only=True))
 def test_table_memory_equals_every_memory_cell_of_the_text(name: str) -> None:
     path = _real(name)
     cells = [(float(u), float(t)) for u, t in MEMORY_CELL.findall(path.read_text())]
@@ -151,10 +141,7 @@ def test_windows_csv_with_na_process_memory() -> None:
 
 # Driver 535 layout (width 87), as `date; nvidia-smi` run twice in a loop from a prompt.
 # Synthetic (the real pastes above are all width 91), laid out like 535.x output.
-TABLE_535 = """\
-user@gpu-node-3:~$ nvidia-smi
-Tue May  5 10:00:00 UTC 2026
-Tue May  5 10:00:00 2026
+HEAD_535 = """\
 +---------------------------------------------------------------------------------------+
 | NVIDIA-SMI 535.129.03             Driver Version: 535.129.03   CUDA Version: 12.2     |
 |-----------------------------------------+----------------------+----------------------+
@@ -163,11 +150,11 @@ Tue May  5 10:00:00 2026
 |                                         |                      |               MIG M. |
 |=========================================+======================+======================|
 |   0  NVIDIA A100-SXM4-80GB          On  | 00000000:07:00.0 Off |                    0 |
-| N/A   33C    P0              61W / 400W |  73514MiB / 81920MiB |     41%      Default |
+| N/A   33C    P0              61W / 400W |  73514MiB / 81920MiB |     {u0}%      Default |
 |                                         |                      |             Disabled |
 +-----------------------------------------+----------------------+----------------------+
 |   1  NVIDIA A100-SXM4-80GB          On  | 00000000:0F:00.0 Off |                    0 |
-| N/A   35C    P0              66W / 400W |  42010MiB / 81920MiB |     39%      Default |
+| N/A   35C    P0              66W / 400W |  42010MiB / 81920MiB |     {u1}%      Default |
 |                                         |                      |             Disabled |
 +-----------------------------------------+----------------------+----------------------+
 ~PAD~
@@ -176,35 +163,26 @@ Tue May  5 10:00:00 2026
 |  GPU   GI   CI        PID   Type   Process name                            GPU Memory |
 |        ID   ID                                                             Usage      |
 |=======================================================================================|
+"""
+PROCS_535 = """\
 |    0   N/A  N/A   1032132      C   /usr/bin/python3                          73500MiB |
 |    1   N/A  N/A   1032133      C   ...onda3/envs/serve/bin/python3.11        41996MiB |
 |    1   N/A  N/A      3494      G   /usr/lib/xorg/Xorg                           4MiB |
-+---------------------------------------------------------------------------------------+
-Tue May  5 10:00:05 2026
-+---------------------------------------------------------------------------------------+
-| NVIDIA-SMI 535.129.03             Driver Version: 535.129.03   CUDA Version: 12.2     |
-|-----------------------------------------+----------------------+----------------------+
-| GPU  Name                 Persistence-M | Bus-Id        Disp.A | Volatile Uncorr. ECC |
-| Fan  Temp   Perf          Pwr:Usage/Cap |         Memory-Usage | GPU-Util  Compute M. |
-|                                         |                      |               MIG M. |
-|=========================================+======================+======================|
-|   0  NVIDIA A100-SXM4-80GB          On  | 00000000:07:00.0 Off |                    0 |
-| N/A   34C    P0              62W / 400W |  73514MiB / 81920MiB |     40%      Default |
-|                                         |                      |             Disabled |
-+-----------------------------------------+----------------------+----------------------+
-|   1  NVIDIA A100-SXM4-80GB          On  | 00000000:0F:00.0 Off |                    0 |
-| N/A   35C    P0              66W / 400W |  42010MiB / 81920MiB |     38%      Default |
-|                                         |                      |             Disabled |
-+-----------------------------------------+----------------------+----------------------+
-~PAD~
-+---------------------------------------------------------------------------------------+
-| Processes:                                                                            |
-|  GPU   GI   CI        PID   Type   Process name                            GPU Memory |
-|        ID   ID                                                             Usage      |
-|=======================================================================================|
-|  No running processes found                                                           |
-+---------------------------------------------------------------------------------------+
-""".replace("~PAD~", " " * 89)  # nvidia-smi pads the line between its two boxes
+"""
+NO_PROCS_535 = "|  No running processes found" + " " * 59 + "|\n"
+FOOT_535 = "+" + "-" * 87 + "+\n"
+TABLE_535 = (
+    "user@gpu-node-3:~$ nvidia-smi\n"
+    "Tue May  5 10:00:00 UTC 2026\n"
+    "Tue May  5 10:00:00 2026\n"
+    + HEAD_535.format(u0=41, u1=39)
+    + PROCS_535
+    + FOOT_535
+    + "Tue May  5 10:00:05 2026\n"
+    + HEAD_535.format(u0=40, u1=38)
+    + NO_PROCS_535
+    + FOOT_535
+).replace("~PAD~", " " * 89)  # nvidia-smi pads the line between its two boxes
 
 
 def test_width_87_layout_with_two_dated_snapshots_and_processes(tmp_path: Path) -> None:
@@ -288,6 +266,7 @@ def test_mig_device_rows_are_counted_unmatched_not_dropped(tmp_path: Path) -> No
     result = ingest(write(tmp_path, "mig.txt", text + mig))
     assert result.account.lines_unmatched == 2
     assert result.account.balanced()
+    assert sorted(t.first_line for t in result.account.templates) == [20, 22]
 
 
 def test_watch_header_gives_host_and_time(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from kvdiag.analyzer.ingest.base import Emit, IngestContext, Ingester, InputUnit, TableBatch, Tally
 from kvdiag.analyzer.ingest.lines import ReadStats, iter_line_batches
-from kvdiag.analyzer.ingest.rows import clean_raw, frame_for
+from kvdiag.analyzer.ingest.rows import clean_raw, frame_for, templates
 from kvdiag.analyzer.model import InputProblem
 
 # client_requests column -> JSON keys that carry it, first found wins
@@ -108,12 +108,14 @@ class ClientRequestsIngester(Ingester):
         stats = ReadStats()
         tally = Tally()
         rows = []
+        unmatched: list[tuple[int, str]] = []
         for batch in iter_line_batches(path, stats):
             for line_no, text in batch.iter_rows():
                 tally.total += 1
                 row = self._line(text)
                 if row is None:
                     tally.unmatched += 1
+                    unmatched.append((line_no, text))
                 elif row:
                     row.update(source_path=rel, source_line=line_no, raw=clean_raw(text))
                     rows.append({**row, "replica": replica})
@@ -125,7 +127,7 @@ class ClientRequestsIngester(Ingester):
         if rows:
             tally.records = len(rows)
             yield TableBatch("client_requests", frame_for("client_requests", rows))
-        yield tally.account(rel)
+        yield tally.account(rel, templates(unmatched))
 
     @staticmethod
     def _line(text: str) -> dict[str, Any] | None:

@@ -38,6 +38,7 @@ from kvdiag.analyzer.ingest.rows import (
     count_lines,
     frame_for,
     read_text,
+    templates,
 )
 from kvdiag.analyzer.model import InputProblem
 
@@ -63,6 +64,7 @@ class _Record:
     models: list[tuple[dict[str, Any], int, str | None]] = field(default_factory=list)
     engine: str | None = None
     heading: str = ""
+    unmatched: list[tuple[int, str]] = field(default_factory=list)
 
 
 class LaunchFlagsIngester(Ingester):
@@ -107,7 +109,7 @@ class LaunchFlagsIngester(Ingester):
                 "model_config", model_config_frame(row, rel, line_no, raw, replica, model_path)
             )
         tally.records = len(settings) + len(record.models)
-        yield tally.account(rel)
+        yield tally.account(rel, templates(record.unmatched))
 
     def _lines(self, record: _Record, tally: Tally) -> None:
         lines = record.lines[: tally.total]
@@ -118,6 +120,7 @@ class LaunchFlagsIngester(Ingester):
                 tally.parsed += used
             else:
                 tally.unmatched += used
+                record.unmatched += [(n + 1, lines[n]) for n in range(i, i + used)]
             i += used
 
 

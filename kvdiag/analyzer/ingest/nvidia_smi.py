@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from kvdiag.analyzer.ingest.lines import ReadStats, iter_line_batches
 from kvdiag.analyzer.ingest.nvsmi_book import WATCH, SnapshotBook, ctime, timestamp_of
 from kvdiag.analyzer.ingest.nvsmi_csv import CsvReader, header_fields
 from kvdiag.analyzer.ingest.nvsmi_table import TableReader
-from kvdiag.analyzer.ingest.rows import clean_raw, frame_for
+from kvdiag.analyzer.ingest.rows import clean_raw, frame_for, templates
 from kvdiag.analyzer.model import InputProblem
 from kvdiag.analyzer.schema import table
 
@@ -74,6 +75,8 @@ class _TextReader:
         line = text.rstrip()
         if not line.strip():
             return True
+        if line[0] in "|+":  # most lines of a table capture: skip the other readers
+            return self.table.feed(line_no, line)
         stamp = timestamp_of(line)
         if stamp:
             self.book.announce(stamp[0], stamp[1])
@@ -84,13 +87,13 @@ class _TextReader:
 
     def _meta(self, line: str) -> bool:
         """Watch headers, shell prompts, command lines, comments and separators."""
-        watch = WATCH.match(line)
+        watch = WATCH.match(line) if line.startswith("Every") else None
         if watch:
             when = ctime(watch["when"])
             self.book.announce(when[0] if when else None, "watch header time", watch["host"])
             return True
-        command = _COMMAND.match(line)
-        if command and _PROMPT_END.search(command["prefix"]) and not line.startswith(("|", "+")):
+        command = _COMMAND.match(line) if "nvidia-smi" in line else None
+        if command and _PROMPT_END.search(command["prefix"]):
             host = _HOST.search(command["prefix"])
             if host:
                 self.book.announce(None, None, host["host"])
@@ -127,19 +130,22 @@ class NvidiaSmiIngester(Ingester):
         lines = [t for batch in iter_line_batches(path, stats) for t in batch["text"]]
         book = SnapshotBook(rel, replica)
         tally = Tally(total=len(lines))
+        unmatched: list[tuple[int, str]] = []
         if any("<nvidia_smi_log" in t for t in lines[:200]):
-            problems = self._xml(lines, book, tally)
+            problems = self._xml(lines, book, tally, unmatched)
         else:
-            problems = self._text(lines, book, tally)
+            problems = self._text(lines, book, tally, unmatched)
         yield from problems
         if stats.truncated:
             yield InputProblem(rel, tally.total or None, stats.truncated)
         if stats.encoding != "utf-8":
             tally.notes.append(f"decoded as {stats.encoding}")
         yield from self._emit(book, path.name, tally)
-        yield tally.account(rel)
+        yield tally.account(rel, templates(unmatched))
 
-    def _text(self, lines: list[str], book: SnapshotBook, tally: Tally) -> list[InputProblem]:
+    def _text(
+        self, lines: list[str], book: SnapshotBook, tally: Tally, unmatched: list[tuple[int, str]]
+    ) -> list[InputProblem]:
         reader = _TextReader(book)
         for i, text in enumerate(lines):
             if reader.feed(i + 1, text):
@@ -148,10 +154,13 @@ class NvidiaSmiIngester(Ingester):
                 tally.undecodable += 1
             else:
                 tally.unmatched += 1
+                unmatched.append((i + 1, text))
         tally.notes.extend(reader.notes())
         return []
 
-    def _xml(self, lines: list[str], book: SnapshotBook, tally: Tally) -> list[InputProblem]:
+    def _xml(
+        self, lines: list[str], book: SnapshotBook, tally: Tally, unmatched: list[tuple[int, str]]
+    ) -> list[InputProblem]:
         problems = []
         for start, end in nvsmi_xml.documents(lines):
             try:
@@ -160,6 +169,7 @@ class NvidiaSmiIngester(Ingester):
                 tally.parsed += end - start
             except Exception as exc:  # expat errors and malformed values alike
                 tally.unmatched += end - start
+                unmatched += [(n + 1, lines[n]) for n in range(start, end)]
                 where = getattr(exc, "lineno", None)
                 problems.append(InputProblem(book.rel, where, f"XML not readable: {exc}"))
         return problems
@@ -186,8 +196,13 @@ def _row_times(rows: list[dict[str, Any]]) -> bool:
     return any(r.get("ts") is not None for r in rows)
 
 
+@cache
+def _declared(table_name: str) -> frozenset[str]:
+    return frozenset(table(table_name).column_names)
+
+
 def _row(book: SnapshotBook, snap: Any, values: dict[str, Any], table_name: str) -> dict[str, Any]:
-    declared = set(table(table_name).column_names)
+    declared = _declared(table_name)
     row = {k: v for k, v in values.items() if k in declared}
     row.update(
         source_path=book.rel,

@@ -28,7 +28,7 @@ _HEADER = re.compile(
 )
 _COLUMN_TITLES = re.compile(
     r"Persistence-M|TCC/WDDM|Pwr:Usage/Cap|Memory-Usage|MIG M\.|Bus-Id|GPU-Util|Processes:"
-    r"|Process name|GPU Memory|^\s+ID\s+ID\s+Usage\s*$"
+    r"|Process name|GPU Memory|^\|\s+ID\s+ID\s+Usage\s*\|$"
 )
 _GPU_ROW = re.compile(r"^\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<mode>On|Off|WDDM|TCC)\s*$")
 _BUS = re.compile(r"^\s*(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\b")
@@ -61,7 +61,7 @@ class TableReader:
             self.driver = header["driver"]
             self.book.start(KIND, self.driver)
             return True
-        if any(_COLUMN_TITLES.search(c) for c in cells):
+        if _COLUMN_TITLES.search(line):
             return True
         if len(cells) == 1:
             return self._process(line_no, line, cells[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import polars as pl
 
 from kvdiag.analyzer.ingest.lines import open_binary
+from kvdiag.analyzer.model import UnmatchedTemplate
 from kvdiag.analyzer.schema import table
 
 _POLARS: dict[str, Any] = {
@@ -20,6 +22,10 @@ _POLARS: dict[str, Any] = {
     "TIMESTAMP": pl.Datetime("us"),
 }
 MAX_RAW = 4096
+# The same masks as base.template_expr: ids and hex first, then every number.
+_IDS = re.compile(r"0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}(?:-[0-9a-fA-F]{4,})*")
+_NUMBERS = re.compile(r"\d+(?:[.,:]\d+)*")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 MAX_SMALL_FILE = 8 << 20  # config.json, launch flags: read whole, refuse anything larger
 
 
@@ -42,7 +48,7 @@ def frame_for(table_name: str, rows: Sequence[Mapping[str, Any]]) -> pl.DataFram
 
 def clean_raw(text: str) -> str:
     """A line as stored in `raw`: control characters dropped, trailing space trimmed, capped."""
-    return "".join(ch for ch in text if ch >= " " or ch == "\t").rstrip()[:MAX_RAW]
+    return _CONTROL.sub("", text).rstrip()[:MAX_RAW]
 
 
 def read_text(path: Path, limit: int = MAX_SMALL_FILE) -> tuple[str, bool]:
@@ -55,3 +61,14 @@ def read_text(path: Path, limit: int = MAX_SMALL_FILE) -> tuple[str, bool]:
 def count_lines(text: str) -> int:
     """Lines as `grep -c ''` counts them (a last line without a newline still counts)."""
     return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+def templates(unmatched: Sequence[tuple[int, str]], top: int = 20) -> tuple[UnmatchedTemplate, ...]:
+    """Unmatched lines grouped by shape (ids and numbers masked), most frequent first."""
+    groups: dict[str, list[Any]] = {}
+    for line_no, text in unmatched:
+        shape = _NUMBERS.sub("<N>", _IDS.sub("<N>", text[:160]))
+        group = groups.setdefault(shape, [0, line_no, clean_raw(text)[:300]])
+        group[0] += 1
+    ranked = sorted(groups.items(), key=lambda kv: (-kv[1][0], kv[1][1]))[:top]
+    return tuple(UnmatchedTemplate(t, n, first, ex) for t, (n, first, ex) in ranked)
