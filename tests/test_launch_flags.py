@@ -12,7 +12,7 @@ from kvdiag.analyzer import kvmath
 from kvdiag.analyzer.facts.effective import EngineContext
 from kvdiag.analyzer.facts.kv import layout_of
 from kvdiag.analyzer.facts.settings import setting
-from kvdiag.analyzer.ingest.cmdline import human_int
+from kvdiag.analyzer.ingest.cmdline import human_int, non_default_args
 from tests.conftest import FIXTURES, fixture_cases
 from tests.ingest_helpers import Ingested, ingest, kind_of, write
 
@@ -217,3 +217,13 @@ def test_argument_lists_json_argv_and_proc_cmdline(tmp_path: Path) -> None:
         b"/usr/bin/python3\x00-m\x00vllm.entrypoints.openai.api_server\x00--max-num-seqs\x0032\x00"
     )
     assert _config(ingest(proc, kind="launch_flags")) == {"max_num_seqs": "32"}
+
+
+def test_non_default_args_line_of_the_real_log() -> None:
+    log = (FIXTURES / "vllm-b-saturation" / "incident" / "server.log").read_text()
+    line = next(t for t in log.splitlines() if "non-default args:" in t)
+    args = dict(non_default_args(line.split("non-default args:", 1)[1]))
+    assert args["max_model_len"] == "4096"
+    assert args["kv_cache_memory_bytes"] == "17825792"
+    assert args["model"] == "/opt/tinymodel"
+    assert non_default_args("{'unterminated': ") == []

@@ -8,6 +8,7 @@ formats/launch_flags.toml (which key, which type); the rest are kept under their
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 import tomllib
@@ -195,3 +196,20 @@ def command_settings(ws: list[Word]) -> list[Setting] | None:
     scores = {e: sum(n in t for n in names) for e, t in flag_table().flags.items()}
     engine = max(scores, key=lambda e: scores[e])
     return flag_settings(ws, engine) if scores[engine] else None
+
+
+def non_default_args(message: str) -> list[tuple[str, str]]:
+    """(key, value) pairs of vLLM's `non-default args: {...}` log message, values as text.
+
+    The dict is printed with repr() and its keys are EngineArgs field names, which are the
+    config table's keys already (max_model_len, kv_cache_memory_bytes ...). For the log
+    ingester to store as config rows of origin "log".
+    """
+    start = message.find("{")
+    try:
+        args = ast.literal_eval(message[start:]) if start >= 0 else None
+    except (ValueError, SyntaxError):
+        return []
+    if not isinstance(args, dict):
+        return []
+    return [(str(k), v if isinstance(v, str) else repr(v)) for k, v in args.items()]

@@ -32,6 +32,7 @@ from kvdiag.analyzer.model import InputProblem
 NESTED_KEYS = ("text_config", "llm_config", "language_config")
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 _SNIFF = re.compile(r'"(?:num_hidden_layers|n_layer)"\s*:\s*\d')
+_SNIFF_WEAK = re.compile(r'"(?:num_layers|n_layers)"\s*:\s*\d')  # ChatGLM-style, with model_type
 
 
 def _first(cfg: Mapping[str, Any], *keys: str) -> Any:
@@ -187,7 +188,9 @@ class ModelConfigIngester(Ingester):
     @classmethod
     def sniff(cls, name: str, head: str) -> int:
         stripped = head.lstrip()
-        if not stripped.startswith("{") or not _SNIFF.search(head):
+        if not stripped.startswith("{"):
+            return 0
+        if not (_SNIFF.search(head) or (_SNIFF_WEAK.search(head) and '"model_type"' in head)):
             return 0
         # JSON Lines with layer counts would be odd; a config is one object over many lines.
         return 90 if "\n" in stripped.rstrip() or name.endswith(".json") else 60

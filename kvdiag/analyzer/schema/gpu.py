@@ -12,7 +12,7 @@ GPU_TABLES: tuple[Table, ...] = (
         + cols(
             ("replica", "VARCHAR", "replica or host the GPU belongs to"),
             ("host", "VARCHAR", "hostname when the source gives one"),
-            ("ts", "TIMESTAMP", "snapshot time (UTC) when known"),
+            ("ts", "TIMESTAMP", "snapshot time: UTC when the source gives a zone, else as printed"),
             ("gpu", "INTEGER", "device index"),
             ("uuid", "VARCHAR", "GPU UUID"),
             ("name", "VARCHAR", "product name"),
@@ -33,7 +33,7 @@ GPU_TABLES: tuple[Table, ...] = (
         PROVENANCE
         + cols(
             ("replica", "VARCHAR", "replica or host"),
-            ("ts", "TIMESTAMP", "snapshot time (UTC) when known"),
+            ("ts", "TIMESTAMP", "snapshot time: UTC when the source gives a zone, else as printed"),
             ("gpu", "INTEGER", "device index (NULL when only the UUID is given)"),
             ("uuid", "VARCHAR", "GPU UUID"),
             ("pid", "BIGINT", "process id"),
