@@ -15,6 +15,7 @@ from kvdiag.analyzer.facts.effective import (
     version_key,
 )
 from tests.conftest import FIXTURES, analyze_json, shared
+from tests.test_nvidia_smi import TABLE_535
 
 
 def _row(key: str, value: str, origin: str, line: int = 1) -> dict[str, Any]:
@@ -143,3 +144,18 @@ def test_gpu_facts_per_gpu_and_tp_from_vllm_worker_names(tmp_path: Path) -> None
     tp = facts["tensor_parallel_size"]
     assert tp["value"] == 8 and "Worker_TP0..TP7" in tp["note"]
     assert not any("nvidia-smi" in m["what"] for m in doc["missing_evidence"])
+
+
+def test_gpu_facts_from_a_snapshot_series_without_real_data(tmp_path: Path) -> None:
+    incident = tmp_path / "incident"
+    incident.mkdir()
+    (incident / "gpu.txt").write_text(TABLE_535)
+    _, doc = analyze_json(incident)
+    used = doc["facts"]["gpu_memory_used"]
+    assert [(f["scope"], f["value"]) for f in used] == [
+        ([["gpu", "0"]], 73514),
+        ([["gpu", "1"]], 42010),
+    ]
+    assert {f["note"] for f in used} == {"most used of 2 snapshots"}
+    assert [f["value"] for f in doc["facts"]["gpu_memory_total"]] == [81920, 81920]
+    assert [f["value"] for f in doc["facts"]["gpu_memory_free"]] == [81920 - 73514, 81920 - 42010]
