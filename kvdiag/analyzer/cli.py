@@ -142,6 +142,11 @@ def cli() -> None:
     help="Year of vLLM log lines (they print none); default: from container timestamps, "
     "scrape times, or the file date.",
 )
+@click.option(
+    "--model-config",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="The model's config.json, when it is not in the incident folder.",
+)
 @click.option("--select", multiple=True, help="Only these rules (codes or names, comma-separated).")
 @click.option("--ignore", multiple=True, help="Skip these rules (codes or names, comma-separated).")
 @click.option(
@@ -169,6 +174,7 @@ def analyze_cmd(
     db: Path | None,
     fail_on: str,
     year: int | None,
+    model_config: Path | None,
     select: tuple[str, ...],
     ignore: tuple[str, ...],
     thresholds: tuple[str, ...],
@@ -198,6 +204,7 @@ def analyze_cmd(
         ignore=_csv(ignore),
         thresholds=_thresholds(thresholds),
         label=example,
+        model_config=model_config,
     )
     show_progress = not quiet and sys.stderr.isatty()
     try:

@@ -36,6 +36,8 @@ def missing_evidence(reader: StoreReader) -> tuple[MissingEvidence, ...]:
     kinds = set(
         reader.sql("SELECT DISTINCT kind FROM inputs WHERE status = 'used'")["kind"].to_list()
     )
+    if reader.count("model_config"):  # also embedded in a launch record
+        kinds.add("model_config")
     out = [
         MissingEvidence(what, decides)
         for supply, what, decides in EXPECTED_INPUTS

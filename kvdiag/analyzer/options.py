@@ -21,3 +21,4 @@ class AnalyzeOptions:
     ignore: tuple[str, ...] = ()  # not these rules
     thresholds: Mapping[str, float] = field(default_factory=dict)  # "KV301.usage_full" -> 0.95
     label: str | None = None  # incident name shown in reports (default: folder name)
+    model_config: Path | None = None  # a config.json outside (or inside) the folder

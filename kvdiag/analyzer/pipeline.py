@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 import traceback
@@ -13,10 +14,11 @@ import polars as pl
 
 from kvdiag import __version__
 from kvdiag.analyzer import classify, engine, facts, missing
-from kvdiag.analyzer.discover import Discovery, discover
+from kvdiag.analyzer.discover import DEFAULT_REPLICA, Discovery, discover
 from kvdiag.analyzer.errors import NoInputError
 from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
+from kvdiag.analyzer.ingest.model_config import model_config_unit
 from kvdiag.analyzer.model import Diagnosis, InputProblem, InputRecord
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.store import Store
@@ -140,6 +142,18 @@ def _ingest_all(
     return records, problems
 
 
+def _with_model_config(found: Discovery, path: Path | None) -> Discovery:
+    """--model-config PATH: one more input, read as a config.json whatever its content."""
+    if path is None:
+        return found
+    if not path.is_file():
+        raise NoInputError(f"--model-config {path}: no such file")
+    unit = model_config_unit(path, found.root, DEFAULT_REPLICA)
+    units = (*(u for u in found.units if unit.rel not in u.rels), unit)
+    set_aside = tuple(r for r in found.set_aside if r.path != unit.rel)
+    return dataclasses.replace(found, units=units, set_aside=set_aside)
+
+
 def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysis:
     """Run one analysis. Raises NoInputError when nothing could be ingested."""
     if not opts.incident.exists():
@@ -152,7 +166,7 @@ def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysi
 def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -> Analysis:
     root = opts.incident
     clock = _Clock()
-    found = discover(root, scratch)
+    found = _with_model_config(discover(root, scratch), opts.model_config)
     clock.lap("discover")
     if not found.units:
         raise NoInputError(

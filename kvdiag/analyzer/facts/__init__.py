@@ -12,14 +12,20 @@ from collections.abc import Callable
 
 from kvdiag.analyzer.facts.base import Facts
 from kvdiag.analyzer.facts.engine import engine_facts
+from kvdiag.analyzer.facts.gpu import gpu_memory_facts
+from kvdiag.analyzer.facts.kv import model_kv_facts, pool_completion_facts
 from kvdiag.analyzer.facts.load import load_facts, preemption_facts
-from kvdiag.analyzer.facts.pool import bytes_per_token, config_facts, pool_facts
+from kvdiag.analyzer.facts.pool import bytes_per_token, pool_facts
+from kvdiag.analyzer.facts.settings import setting_facts
 from kvdiag.analyzer.store import StoreReader
 
 FINDERS: tuple[Callable[[StoreReader, Facts], None], ...] = (
     engine_facts,
-    config_facts,
+    setting_facts,
+    gpu_memory_facts,
+    model_kv_facts,
     pool_facts,
+    pool_completion_facts,
     load_facts,
     preemption_facts,
     bytes_per_token,

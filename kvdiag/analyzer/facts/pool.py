@@ -1,41 +1,15 @@
-"""Pool and configuration facts: pool tokens, blocks, bytes, block size, max_model_len."""
+"""Pool facts: pool tokens and max_model_len from the log's pool line, bytes per token.
+
+The configuration facts (blocks, bytes, block size, dtype ...) are in settings.py.
+"""
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
 
 import polars as pl
 
 from kvdiag.analyzer.facts.base import Facts, first_per_replica, ref, scoped
 from kvdiag.analyzer.model import Fact
 from kvdiag.analyzer.store import StoreReader
-
-_CONFIG_FACTS: tuple[tuple[str, str, str, Callable[[str], Any]], ...] = (
-    # fact name, config key, unit, converter
-    ("pool_blocks", "num_gpu_blocks", "blocks", int),
-    ("block_size", "block_size", "tokens", int),
-    ("pool_bytes", "kv_cache_memory_bytes", "bytes", int),
-    ("gpu_memory_utilization", "gpu_memory_utilization", "fraction", float),
-    ("kv_cache_dtype", "cache_dtype", "", str),
-    ("enable_prefix_caching", "enable_prefix_caching", "", lambda v: v == "True"),
-    ("max_concurrency", "kv_cache_max_concurrency", "requests", float),
-)
-
-
-def config_facts(reader: StoreReader, facts: Facts) -> None:
-    for name, key, unit, convert in _CONFIG_FACTS:
-        rows = first_per_replica(
-            reader.sql(
-                "SELECT * FROM config WHERE key = ? AND value NOT IN ('None', '') "
-                "ORDER BY replica, source_path, source_line",
-                [key],
-            )
-        )
-        if rows:
-            facts[name] = scoped(
-                [(r["replica"], Fact(convert(r["value"]), unit, ref(r))) for r in rows]
-            )
 
 
 def pool_facts(reader: StoreReader, facts: Facts) -> None:
@@ -76,7 +50,9 @@ def pool_facts(reader: StoreReader, facts: Facts) -> None:
 
 
 def bytes_per_token(reader: StoreReader, facts: Facts) -> None:
-    """KV bytes per token from the pool's bytes and tokens, when both are known."""
+    """KV bytes per token from the pool's bytes and tokens, when config.json gave none."""
+    if "kv_bytes_per_token" in facts:
+        return  # computed from the model's config: exact, where this quotient is rounded
     pool_bytes, tokens = facts.get("pool_bytes"), facts.get("pool_tokens")
     if isinstance(pool_bytes, Fact) and isinstance(tokens, Fact) and tokens.value:
         per_token = int(pool_bytes.value) // int(tokens.value)  # type: ignore[arg-type]

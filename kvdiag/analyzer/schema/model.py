@@ -27,6 +27,8 @@ MODEL_TABLES: tuple[Table, ...] = (
             ("kv_lora_rank", "INTEGER", "MLA latent rank (DeepSeek)"),
             ("qk_rope_head_dim", "INTEGER", "MLA rope dim (DeepSeek)"),
             ("layer_types", "VARCHAR", "JSON list of per-layer attention types, when given"),
+            ("model_path", "VARCHAR", "where the config came from: the launch.txt heading's path"),
+            ("text_config_key", "VARCHAR", "text_config, llm_config ... when nested there"),
         ),
     ),
     Table(
@@ -48,6 +50,7 @@ MODEL_TABLES: tuple[Table, ...] = (
             ("http_status", "INTEGER", "HTTP status"),
             ("status", "VARCHAR", "ok | http_error | timeout | ..."),
             ("finish_reason", "VARCHAR", "length | stop | ..."),
+            ("error", "VARCHAR", "client-side error text, when the request failed"),
         ),
     ),
 )
