@@ -17,6 +17,7 @@ from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.model import Diagnosis, InputProblem, InputRecord
 from kvdiag.analyzer.options import AnalyzeOptions
+from kvdiag.analyzer.series import build_series
 from kvdiag.analyzer.store import Store
 
 # progress(unit_index, unit_count, unit, bytes_done_so_far)
@@ -153,6 +154,7 @@ def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysi
         absent = missing.missing_evidence(reader)
         result = engine.run_rules(reader, established, opts)
         verdict = classify.classify(result.findings, established, absent)
+        series, window = build_series(reader)
         diagnosis = Diagnosis(
             incident=opts.label or (root.name if root.is_dir() else root.stem),
             verdict=verdict,
@@ -163,6 +165,8 @@ def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysi
             missing_evidence=absent,
             rules=result.runs,
             engine_problems=result.problems,
+            series=series,
+            window=window,
             kvdiag_version=__version__,
         )
     except BaseException:
