@@ -110,7 +110,7 @@ GROUP BY replica, ts
 """
 
 _STATS = """
-SELECT replica, ts, {agg}({column}) AS value FROM log_stats
+SELECT replica, ts, CAST({agg}({column}) AS DOUBLE) AS value FROM log_stats
 WHERE ts IS NOT NULL AND {column} IS NOT NULL GROUP BY ALL
 """
 

@@ -76,8 +76,10 @@ def fmt_duration(seconds: float) -> str:
     return f"{s // 3600} h {(s % 3600) // 60} min"
 
 
-def fmt_window(window: tuple[str, str] | None) -> str:
+def fmt_window(window: tuple[str, str] | None, has_series: bool = True) -> str:
     """The incident window in words."""
+    if window is None and not has_series:
+        return "unknown (no time series in the inputs)"
     if window is None:
         return "none (usage stayed below 90% and no request waited)"
     start, end = (datetime.fromisoformat(t) for t in window)

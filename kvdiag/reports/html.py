@@ -99,7 +99,7 @@ def render_html(d: Diagnosis) -> str:
         "csp": content_security_policy(css),
         "headline": view.headline(d.verdict.primary),
         "tone": view.verdict_tone(d),
-        "window": fmt.fmt_window(d.window),
+        "window": fmt.fmt_window(d.window, bool(d.series)),
         "tiles": key_facts(d),
         "layers": view.reconciliation(d),
         "ledgers": ledgers,

@@ -97,7 +97,7 @@ def _verdict(d: Diagnosis, paint: _Painter) -> list[str]:
         f"VERDICT  {paint(v.primary.value, 'bold', tone)}"
         f"  (confidence {v.confidence.value}; classes: {', '.join(c.value for c in v.classes)})",
         f"  {plain(v.summary)}",
-        f"  window: {fmt_window(d.window)}",
+        f"  window: {fmt_window(d.window, bool(d.series))}",
     ]
     lines += [f"  ruled out {r.incident_class.value}: {plain(r.reason)}" for r in v.ruled_out]
     return lines
