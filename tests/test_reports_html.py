@@ -33,12 +33,13 @@ SECTIONS = [
 
 
 class Page(HTMLParser):
-    """Every element with its attributes, and the text inside <style>."""
+    """Every element with its attributes, the text inside <style>, the text shown."""
 
     def __init__(self, html: str) -> None:
         super().__init__(convert_charrefs=True)
         self.elements: list[tuple[str, dict[str, str | None]]] = []
         self.style = ""
+        self.text = ""
         self._in_style = False
         self.feed(html)
 
@@ -52,6 +53,8 @@ class Page(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._in_style:
             self.style += data
+        else:
+            self.text += data
 
     def tags(self, name: str) -> list[dict[str, str | None]]:
         return [attrs for tag, attrs in self.elements if tag == name]

@@ -79,9 +79,9 @@ def fmt_duration(seconds: float) -> str:
 def fmt_window(window: tuple[str, str] | None, has_series: bool = True) -> str:
     """The incident window in words."""
     if window is None and not has_series:
-        return "unknown (no time series in the inputs)"
+        return "unknown: no time series in the inputs"
     if window is None:
-        return "none (usage stayed below 90% and no request waited)"
+        return "none: usage stayed below 90% and no request waited"
     start, end = (datetime.fromisoformat(t) for t in window)
     first, last = fmt_time(window[0]), fmt_time(window[1])
     if first[:10] == last[:10]:

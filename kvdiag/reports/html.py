@@ -89,10 +89,18 @@ def key_facts(d: Diagnosis) -> list[tuple[str, str, str]]:
     return tiles
 
 
+def _ledger_legend(chart: charts.LedgerChart | None) -> list[tuple[str, str]]:
+    """Legend entries for the terms some bar shows, in the bars' order."""
+    shown = {s.style for bar in (chart.bars if chart else ()) for s in bar.segments}
+    terms = [*((key, label) for key, label, _ in LEDGER_TERMS), _UNATTRIBUTED]
+    return [(key, label) for key, label in terms if f"m-{key}" in shown]
+
+
 def render_html(d: Diagnosis) -> str:
     """The report as one HTML document."""
     css = stylesheet()
     ledgers = memory_ledgers(d)
+    ledger_chart = charts.ledger_chart(ledgers)
     context = {
         "d": d,
         "css": Markup(css),  # our own stylesheet, shipped in the package: not input text
@@ -103,8 +111,8 @@ def render_html(d: Diagnosis) -> str:
         "tiles": key_facts(d),
         "layers": view.reconciliation(d),
         "ledgers": ledgers,
-        "ledger_chart": charts.ledger_chart(ledgers),
-        "ledger_terms": [*((key, label) for key, label, _ in LEDGER_TERMS), _UNATTRIBUTED],
+        "ledger_chart": ledger_chart,
+        "ledger_terms": _ledger_legend(ledger_chart),
         "ledger_facts": ledger_fact_names(),
         "charts": charts.line_charts(d.series, d.window),
         "time_axis": charts.time_axis(d.series, d.window),
