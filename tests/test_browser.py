@@ -126,7 +126,10 @@ def _assert_shows(visit: Visit, d: Diagnosis) -> None:
         assert charts.count() == 5
         box = charts.first.bounding_box()
         assert box is not None and box["width"] > 400 and box["height"] > 80
-        assert page.locator("svg.chart polyline").count() >= len(d.series)
+        drawn = (
+            page.locator("svg.chart polyline").count() + page.locator("svg.chart circle").count()
+        )
+        assert drawn >= len(d.series)
     evidence = page.locator("table.evidence tbody tr")
     assert evidence.count() == sum(len(f.evidence) for f in d.findings)
     if evidence.count():

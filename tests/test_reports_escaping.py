@@ -22,7 +22,7 @@ HTML_TAGS = {
     "html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "section", "div", "p",
     "span", "strong", "br", "dl", "dt", "dd", "ul", "ol", "li", "nav", "a", "table", "thead",
     "tbody", "tr", "th", "td", "article", "header", "footer", "code", "figure", "figcaption",
-    "svg", "rect", "line", "polyline", "text",
+    "svg", "rect", "line", "polyline", "circle", "text",
 }  # fmt: skip
 
 

@@ -56,7 +56,8 @@ CHARTS: tuple[ChartSpec, ...] = (
         "Preemptions (cumulative)",
         "preemptions",
         ("num_preemptions",),
-        "vllm:num_preemptions_total scrapes (vLLM 0.32 stats lines never print preemptions)",
+        "vllm:num_preemptions_total scrapes, or stats lines that print preemptions "
+        "(vLLM 0.32's never do)",
     ),
     ChartSpec(
         "latency",
@@ -97,6 +98,7 @@ class Line:
     label: str
     style: str  # CSS class: s0..s3
     segments: tuple[str, ...]  # SVG polyline points, split where samples are missing
+    dots: tuple[tuple[float, float], ...]  # lone samples, which a polyline would not show
     peak: str
     source: str
 
@@ -182,16 +184,52 @@ def _y_label(v: float) -> str:
     return f"{v:g}"
 
 
-def _segments(points: Sequence[tuple[float, float]], xs: Sequence[float]) -> tuple[str, ...]:
-    """Polyline point lists, broken where the gap between samples is over 5 usual steps."""
+def _segments(
+    points: Sequence[tuple[float, float]], xs: Sequence[float]
+) -> tuple[tuple[str, ...], tuple[tuple[float, float], ...]]:
+    """Polyline point lists, broken where the gap between samples is over 5 usual steps,
+    and the lone samples between such gaps (drawn as dots)."""
     gaps = sorted(b - a for a, b in pairwise(xs))
     limit = 5 * gaps[len(gaps) // 2] if gaps else math.inf
-    segments: list[list[str]] = [[]]
-    for i, (x, y) in enumerate(points):
+    runs: list[list[tuple[float, float]]] = [[]]
+    for i, point in enumerate(points):
         if i and xs[i] - xs[i - 1] > limit:
-            segments.append([])
-        segments[-1].append(f"{x:.1f},{y:.1f}")
-    return tuple(" ".join(seg) for seg in segments if seg)
+            runs.append([])
+        runs[-1].append(point)
+    lines = tuple(" ".join(f"{x:.1f},{y:.1f}" for x, y in run) for run in runs if len(run) > 1)
+    dots = tuple((round(x, 1), round(y, 1)) for run in runs if len(run) == 1 for x, y in run)
+    return lines, dots
+
+
+@dataclass(frozen=True, slots=True)
+class YScale:
+    """Values to SVG y: 0 at the plot's bottom, `top` at its top."""
+
+    top: float
+    step: float
+
+    @classmethod
+    def fit(cls, peak: float, fixed_top: float | None) -> YScale:
+        top, step = (fixed_top, fixed_top / 4) if fixed_top else nice_max(peak)
+        return cls(max(top, peak), step)
+
+    def y(self, v: float) -> float:
+        return round(HEIGHT - BOTTOM - v / self.top * (HEIGHT - BOTTOM - TOP), 1)
+
+    def ticks(self) -> tuple[Tick, ...]:
+        count = int(self.top / self.step + 1e-9) + 1
+        return tuple(Tick(self.y(k * self.step), _y_label(k * self.step)) for k in range(count))
+
+
+def _line(s: Series, index: int, axis: TimeAxis, scale: YScale, with_replica: bool) -> Line:
+    label = SERIES_LABELS.get(s.name, humanise(s.name))
+    if with_replica:
+        label += f" · {s.replica}"
+    xs = [_epoch(t) for t, _ in s.points]
+    points = [(axis.x(t), scale.y(v)) for t, (_, v) in zip(xs, s.points, strict=True)]
+    peak = fmt_quantity(max(v for _, v in s.points), s.unit)
+    lines, dots = _segments(points, xs)
+    return Line(label, f"s{index % PALETTE}", lines, dots, peak, s.source)
 
 
 def line_chart(
@@ -199,48 +237,28 @@ def line_chart(
 ) -> LineChart:
     """One chart's geometry; no lines (and the spec's `needs`) when no series is present."""
     mine = [s for name in spec.series for s in series if s.name == name]
-    peak = max((v for s in mine for _, v in s.points), default=0.0)
-    top, step = (spec.y_max, spec.y_max / 4) if spec.y_max else nice_max(peak)
-    top = max(top, peak)
-    plot_h = HEIGHT - BOTTOM - TOP
-
-    def y(v: float) -> float:
-        return round(HEIGHT - BOTTOM - v / top * plot_h, 1)
-
-    replicas = {s.replica for s in mine}
-    lines = []
-    for i, s in enumerate(mine):
-        label = SERIES_LABELS.get(s.name, humanise(s.name))
-        if len(replicas) > 1:
-            label += f" · {s.replica}"
-        assert axis is not None
-        xs = [_epoch(t) for t, _ in s.points]
-        pts = [(axis.x(t), y(v)) for t, (_, v) in zip(xs, s.points, strict=True)]
-        top_v = max(v for _, v in s.points)
-        lines.append(
-            Line(
-                label, f"s{i % PALETTE}", _segments(pts, xs), fmt_quantity(top_v, s.unit), s.source
-            )
-        )
-    y_ticks = tuple(Tick(y(k * step), _y_label(k * step)) for k in range(int(top / step) + 1))
+    scale = YScale.fit(max((v for s in mine for _, v in s.points), default=0.0), spec.y_max)
+    if axis is None or not mine:
+        return LineChart(spec.key, spec.title, spec.unit, spec.needs, (), (), (), None, None)
+    multi = len({s.replica for s in mine}) > 1
+    lines = tuple(_line(s, i, axis, scale, multi) for i, s in enumerate(mine))
     band = None
-    if axis is not None and window is not None and lines:
+    if window is not None:
         a, b = (axis.x(_epoch(t)) for t in window)
         band = (round(a, 1), round(max(b - a, 2.0), 1))
-    threshold = (
-        Tick(y(spec.threshold), f"{spec.threshold:g}{spec.unit}") if spec.threshold else None
-    )
-    x_ticks = _time_ticks(axis) if axis is not None and lines else ()
+    threshold = None
+    if spec.threshold is not None:
+        threshold = Tick(scale.y(spec.threshold), f"{spec.threshold:g}{spec.unit}")
     return LineChart(
         spec.key,
         spec.title,
         spec.unit,
         spec.needs,
-        tuple(lines),
-        x_ticks,
-        y_ticks,
+        lines,
+        _time_ticks(axis),
+        scale.ticks(),
         band,
-        threshold if lines else None,
+        threshold,
     )
 
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from kvdiag.analyzer.model import Scalar
 from kvdiag.reports.safe import plain
 
+_PLURAL_UNITS = {"requests", "tokens", "preemptions", "blocks"}
 _BYTE_UNITS = {"bytes": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "MB": 1e6, "GB": 1e9}
 
 
@@ -56,6 +57,8 @@ def fmt_quantity(value: Scalar, unit: str | None) -> str:
     if unit == "%" and isinstance(value, int | float):
         return f"{value:.3g}%"
     text = fmt_value(value)
+    if unit in _PLURAL_UNITS and value == 1:
+        unit = unit[:-1]  # "1 request", not "1 requests"
     return f"{text} {plain(unit)}" if unit and not isinstance(value, bool) else text
 
 
