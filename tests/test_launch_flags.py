@@ -13,10 +13,11 @@ from kvdiag.analyzer.facts.effective import EngineContext
 from kvdiag.analyzer.facts.kv import layout_of
 from kvdiag.analyzer.facts.settings import setting
 from kvdiag.analyzer.ingest.cmdline import human_int, non_default_args
-from tests.conftest import FIXTURES, fixture_cases
+from tests.conftest import FIXTURES
 from tests.ingest_helpers import Ingested, ingest, kind_of, write
 
-LAUNCHES = [c.incident / "launch.txt" for c in fixture_cases()]
+LAUNCHES = sorted(FIXTURES.glob("*/incident/**/launch.txt"))
+IDS = [p.relative_to(FIXTURES).parent.as_posix() for p in LAUNCHES]
 
 
 def _config(result: Ingested) -> dict[str, str]:
@@ -24,7 +25,7 @@ def _config(result: Ingested) -> dict[str, str]:
     return {r["key"]: r["value"] for r in rows}
 
 
-@pytest.mark.parametrize("path", LAUNCHES, ids=[p.parent.parent.name for p in LAUNCHES])
+@pytest.mark.parametrize("path", LAUNCHES, ids=IDS)
 def test_every_fixture_launch_record_is_fully_read(path: Path) -> None:
     assert kind_of(path) == "launch_flags"
     result = ingest(path)
@@ -79,7 +80,7 @@ _POOL_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
 _ESTIMATE = re.compile(r"estimated maximum model length is (\d+)")
 
 
-@pytest.mark.parametrize("path", LAUNCHES, ids=[p.parent.parent.name for p in LAUNCHES])
+@pytest.mark.parametrize("path", LAUNCHES, ids=IDS)
 def test_pool_from_flags_and_config_agrees_with_the_server_log(path: Path) -> None:
     """Flags + config.json + the CPU default block size give the pool the engine printed."""
     result = ingest(path)
@@ -87,7 +88,12 @@ def test_pool_from_flags_and_config_agrees_with_the_server_log(path: Path) -> No
     cfg = _config(result)
     ctx = EngineContext(version=cfg["engine_version"], device=cfg["device"])
     block = setting("block_size", rows, "default", ctx)
-    assert block is not None and block.is_default and block.value == "128"
+    assert block is not None
+    explicit = re.search(r"--block-size (\d+)", path.read_text().splitlines()[2])
+    if explicit:
+        assert block.source == "cmdline" and block.value == explicit.group(1)
+    else:
+        assert block.is_default and block.value == "128"
     (model,) = result.table("model_config").to_dicts()
     per_token = kvmath.kv_bytes_per_token(layout_of(model))
     if "kv_cache_memory_bytes" in cfg:

@@ -226,7 +226,7 @@ def analyze_cmd(
     if output is not None:
         _write_atomic(output, text)
     else:
-        click.echo(text, nl=False)
+        click.echo(text, nl=False, color=bool(use_color))  # click strips ANSI unless told
     v = result.diagnosis.verdict
     if not quiet and (output is not None or result.db_path is not None):
         where = f"wrote {output}" if output else "report on stdout"

@@ -21,6 +21,7 @@ from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, Table
 from kvdiag.analyzer.ingest.model_config import model_config_unit
 from kvdiag.analyzer.model import Diagnosis, InputProblem, InputRecord
 from kvdiag.analyzer.options import AnalyzeOptions
+from kvdiag.analyzer.series import build_series
 from kvdiag.analyzer.store import Store
 
 # progress(unit_index, unit_count, unit, bytes_done_so_far)
@@ -194,6 +195,8 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
         result = engine.run_rules(reader, established, opts)
         verdict = classify.classify(result.findings, established, absent)
         clock.lap("rules")
+        series, window = build_series(reader)
+        clock.lap("series")
         diagnosis = Diagnosis(
             incident=opts.label or (root.name if root.is_dir() else root.stem),
             verdict=verdict,
@@ -204,6 +207,8 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
             missing_evidence=absent,
             rules=result.runs,
             engine_problems=result.problems,
+            series=series,
+            window=window,
             kvdiag_version=__version__,
         )
     except BaseException:

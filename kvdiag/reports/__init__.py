@@ -12,6 +12,8 @@ class OutputFormat(enum.StrEnum):
 
     TEXT = "text"
     JSON = "json"
+    HTML = "html"
+    MARKDOWN = "markdown"
 
 
 def render(diagnosis: Diagnosis, fmt: OutputFormat, *, color: bool = False) -> str:
@@ -24,4 +26,12 @@ def render(diagnosis: Diagnosis, fmt: OutputFormat, *, color: bool = False) -> s
         from kvdiag.reports.json_report import render_json
 
         return render_json(diagnosis)
+    if fmt is OutputFormat.HTML:
+        from kvdiag.reports.html import render_html
+
+        return render_html(diagnosis)
+    if fmt is OutputFormat.MARKDOWN:
+        from kvdiag.reports.markdown import render_markdown
+
+        return render_markdown(diagnosis)
     raise AssertionError(f"unhandled format {fmt}")

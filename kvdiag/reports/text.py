@@ -1,14 +1,20 @@
-"""The terminal summary: verdict, findings with evidence, facts, inputs, what is missing."""
+"""The terminal summary: verdict, reconciliation, a compact findings table with evidence,
+remedies, facts, inputs, what is missing."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kvdiag.analyzer.model import Diagnosis, Fact, Finding, InputRecord, Severity
+from kvdiag.analyzer.model import Diagnosis, Finding, InputRecord, Severity
+from kvdiag.reports import view
+from kvdiag.reports.fmt import coverage, fmt_time, fmt_value, fmt_window
 from kvdiag.reports.safe import plain
 
 _STYLE = {"bold": "1", "red": "31", "yellow": "33", "green": "32", "dim": "2", "cyan": "36"}
 _SEVERITY_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+_STATUS_STYLE = {"ok": "green", "problem": "red", "not_checked": "dim"}
+EXCERPT_CHARS = 140
+TITLE_CHARS = 90
 
 
 class _Painter:
@@ -22,59 +28,57 @@ class _Painter:
         return f"\x1b[{codes}m{text}\x1b[0m"
 
 
-def fmt_value(value: object) -> str:
-    if isinstance(value, bool) or value is None:
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
-    return plain(value)
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _finding(f: Finding, paint: _Painter) -> Iterator[str]:
-    layer = f" [layer {f.layer}]" if f.layer else ""
-    replica = f" (replica {plain(f.replica)})" if f.replica else ""
-    sev = paint(f.severity.value.upper(), "bold", _SEVERITY_STYLE[f.severity])
-    yield f"  {sev} {f.code} {f.name}{layer}{replica}"
-    yield f"    {plain(f.title)}"
-    if f.evidence:
-        more = (
-            f" (showing {len(f.evidence)} of {f.evidence_total})"
-            if f.evidence_total > len(f.evidence)
-            else ""
-        )
-        yield f"    evidence{more}:"
-        for e in f.evidence:
-            where = f"{plain(e.path)}:{e.line}" if e.line else plain(e.path)
-            value = fmt_value(e.value)
-            yield f"      {paint(where, 'bold')}  {e.ts or '-'}  {plain(e.what)} = {value}"
-            if e.excerpt:
-                yield f"        {paint(plain(e.excerpt), 'dim')}"
-    if f.remediation:
-        yield "    remedies:"
-        for r in f.remediation:
-            yield f"      - {plain(r.action)}: {plain(r.rationale)}"
+def _findings_table(d: Diagnosis, paint: _Painter) -> Iterator[str]:
+    """One row per finding: severity, code, layer, evidence count, title."""
+    yield f"  {'SEV':<8}{'CODE':<7}{'LAYER':<7}{'EVID':>5}  TITLE"
+    for f in d.findings:
+        sev = paint(f"{f.severity.value.upper():<8}", "bold", _SEVERITY_STYLE[f.severity])
+        layer = str(f.layer) if f.layer else "-"
+        count = max(f.evidence_total, len(f.evidence))
+        replica = f" [{plain(f.replica)}]" if f.replica else ""
+        title = _clip(plain(f.title), TITLE_CHARS)
+        yield f"  {sev}{f.code:<7}{layer:<7}{count:>5}  {title}{replica}"
 
 
-def _fact_lines(diagnosis: Diagnosis) -> Iterator[str]:
-    for name, fact in sorted(diagnosis.facts.items()):
-        for f in fact if isinstance(fact, tuple) else (fact,):
-            assert isinstance(f, Fact)
-            scope = " ".join(f"{k}={plain(v)}" for k, v in f.scope)
-            unit = f" {f.unit}" if f.unit else ""
-            src = str(f.source) if f.source else (f.note or "")
-            note = f" ({plain(f.note)})" if f.note and f.source else ""
-            scoped = f"{scope} " if scope else ""
-            yield f"  {name:<26} {fmt_value(f.value) + unit:<22} {scoped}{plain(src)}{note}"
+def _evidence(f: Finding, paint: _Painter) -> Iterator[str]:
+    total = f.evidence_total or len(f.evidence)
+    more = f", showing {len(f.evidence)}" if total > len(f.evidence) else ""
+    yield f"  {paint(f.code, 'bold')} {f.name} evidence ({total}{more}):"
+    for e in f.evidence:
+        where = paint(f"{plain(e.path)}:{e.line}" if e.line else plain(e.path), "bold")
+        yield f"    {where}  {fmt_time(e.ts)}  {plain(e.what)} = {fmt_value(e.value)}"
+        if e.excerpt:
+            yield f"      {paint(_clip(plain(e.excerpt), EXCERPT_CHARS), 'dim')}"
+
+
+def _reconciliation(d: Diagnosis, paint: _Painter) -> Iterator[str]:
+    for layer in view.reconciliation(d):
+        status = paint(f"{layer.status_text:<12}", _STATUS_STYLE.get(layer.status, "dim"))
+        yield f"  {layer.layer} {plain(layer.title):<24}{status} {plain(layer.conclusion)}"
+        for c in layer.rows:
+            yield (
+                f"      {plain(c.quantity)}: expected {plain(c.expected)}, "
+                f"observed {plain(c.observed)}, gap {plain(c.gap)}"
+            )
+
+
+def _fact_lines(d: Diagnosis) -> Iterator[str]:
+    for f in view.fact_rows(d):
+        scope = f"{plain(f.scope)} " if f.scope else ""
+        src = f.source or f.note
+        note = f" ({plain(f.note)})" if f.note and f.source else ""
+        yield f"  {f.name:<26} {plain(f.value):<22} {scope}{plain(src)}{note}"
 
 
 def _input_line(r: InputRecord) -> str:
     if r.lines_total:
-        share = f"{100 * r.lines_parsed / r.lines_total:.1f}%"
         counts = (
-            f"{r.lines_total:,} lines, {r.lines_parsed:,} parsed ({share}), "
-            f"{r.lines_unmatched:,} unmatched"
+            f"{r.lines_total:,} lines, {r.lines_parsed:,} parsed "
+            f"({coverage(r.lines_parsed, r.lines_total)}), {r.lines_unmatched:,} unmatched"
         )
         if r.lines_undecodable:
             counts += f", {r.lines_undecodable:,} undecodable"
@@ -84,37 +88,53 @@ def _input_line(r: InputRecord) -> str:
     return f"  {r.status:<12} {plain(r.path):<34} {r.kind:<12} {counts}{why}"
 
 
-def render_text(diagnosis: Diagnosis, *, color: bool = False) -> str:
-    """The terminal report."""
-    paint = _Painter(color)
-    v = diagnosis.verdict
-    tone = "green" if v.primary.value == "healthy" else "red"
+def _verdict(d: Diagnosis, paint: _Painter) -> list[str]:
+    v = d.verdict
+    tone = {"ok": "green", "bad": "red"}.get(view.verdict_tone(d), "yellow")
     lines = [
-        paint(f"kvdiag {diagnosis.kvdiag_version} — incident {plain(diagnosis.incident)}", "bold"),
+        paint(f"kvdiag {d.kvdiag_version} — incident {plain(d.incident)}", "bold"),
         "",
         f"VERDICT  {paint(v.primary.value, 'bold', tone)}"
         f"  (confidence {v.confidence.value}; classes: {', '.join(c.value for c in v.classes)})",
         f"  {plain(v.summary)}",
+        f"  window: {fmt_window(d.window, bool(d.series))}",
     ]
     lines += [f"  ruled out {r.incident_class.value}: {plain(r.reason)}" for r in v.ruled_out]
+    return lines
+
+
+def render_text(diagnosis: Diagnosis, *, color: bool = False) -> str:
+    """The terminal report."""
+    d, paint = diagnosis, _Painter(color)
+    lines = _verdict(d, paint)
+    lines += ["", paint("RECONCILIATION", "bold"), *_reconciliation(d, paint)]
     lines += ["", paint("FINDINGS", "bold")]
-    lines += [line for f in diagnosis.findings for line in _finding(f, paint)] or ["  none"]
-    lines += ["", paint("FACTS", "bold"), *(list(_fact_lines(diagnosis)) or ["  none"])]
-    lines += ["", paint("INPUTS", "bold"), *(_input_line(r) for r in diagnosis.inputs)]
-    for p in diagnosis.input_problems:
+    if d.findings:
+        lines += list(_findings_table(d, paint))
+        for f in d.findings:
+            lines += ["", *_evidence(f, paint)] if f.evidence else []
+    else:
+        lines.append("  none")
+    remedies = view.remedies(d)
+    if remedies:
+        lines += ["", paint("REMEDIES", "bold")]
+        lines += [
+            f"  {i}. {paint(plain(r.action), 'bold')} — {plain(r.rationale)} ({', '.join(r.codes)})"
+            for i, r in enumerate(remedies, 1)
+        ]
+    lines += ["", paint("FACTS", "bold"), *(list(_fact_lines(d)) or ["  none"])]
+    lines += ["", paint("INPUTS", "bold"), *(_input_line(r) for r in d.inputs)]
+    for p in d.input_problems:
         where = f"{plain(p.path)}:{p.line}" if p.line else plain(p.path)
         lines.append(f"  problem      {where}: {plain(p.message)}")
-    if diagnosis.missing_evidence:
+    if d.missing_evidence:
         lines += ["", paint("MISSING EVIDENCE", "bold")]
-        lines += [
-            f"  - {plain(m.what)}: {plain(m.would_decide)}" for m in diagnosis.missing_evidence
-        ]
-    ran = sum(1 for r in diagnosis.rules if r.status == "ran")
-    lines += ["", paint("RULES", "bold") + f"  {ran} ran, {len(diagnosis.rules) - ran} did not"]
+        lines += [f"  - {plain(m.what)}: {plain(m.would_decide)}" for m in d.missing_evidence]
+    not_run = view.rules_not_run(d)
     lines += [
-        f"  {r.status:<8} {r.code} {r.name}: {plain(r.reason)}"
-        for r in diagnosis.rules
-        if r.status != "ran"
+        "",
+        paint("RULES", "bold") + f"  {len(d.rules) - len(not_run)} ran, {len(not_run)} did not",
     ]
-    lines += [f"  engine problem: {plain(p)}" for p in diagnosis.engine_problems]
+    lines += [f"  {r.status:<8} {r.code} {r.name}: {plain(r.reason)}" for r in not_run]
+    lines += [f"  engine problem: {plain(p)}" for p in d.engine_problems]
     return "\n".join(lines) + "\n"

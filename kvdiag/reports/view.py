@@ -1,0 +1,159 @@
+"""What the HTML and Markdown reports show, derived from the Diagnosis alone.
+
+Values are formatted here (units, thousands separators) but not escaped: each renderer
+escapes for its own syntax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvdiag.analyzer.model import (
+    Comparison,
+    Diagnosis,
+    Fact,
+    Finding,
+    IncidentClass,
+    InputRecord,
+    LayerResult,
+    RuleRun,
+)
+from kvdiag.reports.fmt import coverage, fmt_quantity, humanise
+
+LAYER_TITLES = {1: "Pool vs card", 2: "Payload vs percentage", 3: "Peak demand vs pool"}
+STATUS_WORDS = {"ok": "ok", "problem": "problem", "not_checked": "not checked"}
+
+_CLASS_HEADLINES = {
+    IncidentClass.HEALTHY: "Healthy",
+    IncidentClass.INSUFFICIENT_EVIDENCE: "Insufficient evidence",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonRow:
+    quantity: str
+    expected: str
+    observed: str
+    gap: str
+    sources: tuple[str, ...]
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class LayerView:
+    layer: int
+    title: str
+    status: str  # ok | problem | not_checked
+    status_text: str
+    conclusion: str
+    rows: tuple[ComparisonRow, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RemedyView:
+    action: str
+    rationale: str
+    codes: tuple[str, ...]  # findings that propose it
+
+
+def headline(cls: IncidentClass) -> str:
+    """The verdict as a title: 'Saturation', 'Shrunken pool'."""
+    return _CLASS_HEADLINES.get(cls, humanise(cls.value).capitalize())
+
+
+def verdict_tone(d: Diagnosis) -> str:
+    """ok | unknown | bad: the banner's colour."""
+    if d.verdict.primary is IncidentClass.HEALTHY:
+        return "ok"
+    if d.verdict.primary is IncidentClass.INSUFFICIENT_EVIDENCE:
+        return "unknown"
+    return "bad"
+
+
+def _comparison(c: Comparison) -> ComparisonRow:
+    return ComparisonRow(
+        quantity=humanise(c.quantity),
+        expected=fmt_quantity(c.expected, c.unit),
+        observed=fmt_quantity(c.observed, c.unit),
+        gap=fmt_quantity(c.gap, c.unit),
+        sources=tuple(str(s) for s in c.sources),
+        note=c.note,
+    )
+
+
+def _layer(result: LayerResult) -> LayerView:
+    return LayerView(
+        layer=result.layer,
+        title=result.title or LAYER_TITLES.get(result.layer, f"Layer {result.layer}"),
+        status=result.status,
+        status_text=STATUS_WORDS.get(result.status, humanise(result.status)),
+        conclusion=result.conclusion,
+        rows=tuple(_comparison(c) for c in result.comparisons),
+    )
+
+
+def reconciliation(d: Diagnosis) -> tuple[LayerView, ...]:
+    """The three layers in order; a layer the analysis did not reach says 'not checked'."""
+    done = {r.layer: _layer(r) for r in d.reconciliation}
+    for layer, title in LAYER_TITLES.items():
+        done.setdefault(
+            layer,
+            LayerView(
+                layer, title, "not_checked", "not checked", "not checked by this analysis", ()
+            ),
+        )
+    return tuple(done[k] for k in sorted(done))
+
+
+def remedies(d: Diagnosis) -> tuple[RemedyView, ...]:
+    """Every finding's remedies, most severe finding first, each action once."""
+    seen: dict[str, RemedyView] = {}
+    for f in d.findings:
+        for r in f.remediation:
+            prior = seen.get(r.action)
+            seen[r.action] = (
+                RemedyView(r.action, r.rationale, (f.code,))
+                if prior is None
+                else RemedyView(prior.action, prior.rationale, (*prior.codes, f.code))
+            )
+    return tuple(seen.values())
+
+
+def input_coverage(r: InputRecord) -> str:
+    return coverage(r.lines_parsed, r.lines_total)
+
+
+def rules_not_run(d: Diagnosis) -> tuple[RuleRun, ...]:
+    return tuple(r for r in d.rules if r.status != "ran")
+
+
+def top_findings(d: Diagnosis, limit: int) -> tuple[Finding, ...]:
+    """Findings by severity (stable within a severity), the first `limit`."""
+    ranked = sorted(d.findings, key=lambda f: -f.severity.rank)
+    return tuple(ranked[:limit])
+
+
+@dataclass(frozen=True, slots=True)
+class FactRow:
+    name: str
+    value: str
+    scope: str
+    source: str
+    note: str
+
+
+def fact_rows(d: Diagnosis) -> tuple[FactRow, ...]:
+    rows = []
+    for name, fact in sorted(d.facts.items()):
+        for f in fact if isinstance(fact, tuple) else (fact,):
+            assert isinstance(f, Fact)
+            rows.append(
+                FactRow(
+                    name=name,
+                    value=fmt_quantity(f.value, f.unit),
+                    scope=" ".join(f"{k}={v}" for k, v in f.scope),
+                    source=str(f.source) if f.source else "",
+                    note=f.note or "",
+                )
+            )
+    return tuple(rows)

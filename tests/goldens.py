@@ -1,0 +1,81 @@
+"""Golden reports: every fixture rendered in every format, stamped with its inputs' hash.
+
+`python -m tests.regen_goldens` rewrites them; tests/test_goldens.py compares. The stamp
+(golden/stamp.json) holds a hash of the fixture's incident/ files, so a changed input with
+stale goldens fails with the command to run, not with a confusing diff.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cache
+from pathlib import Path
+
+from kvdiag.analyzer.model import Diagnosis
+from kvdiag.analyzer.options import AnalyzeOptions
+from kvdiag.analyzer.pipeline import analyze
+from kvdiag.reports import OutputFormat, render
+from tests.conftest import FixtureCase, fixture_cases
+
+REGEN_COMMAND = "python -m tests.regen_goldens"
+STAMP = "stamp.json"
+# golden file -> format; colour off, so the goldens are what a pipe would get.
+FILES: dict[str, OutputFormat] = {
+    "report.txt": OutputFormat.TEXT,
+    "report.md": OutputFormat.MARKDOWN,
+    "diagnosis.json": OutputFormat.JSON,
+    "report.html": OutputFormat.HTML,
+}
+
+
+def golden_dir(case: FixtureCase) -> Path:
+    return case.incident.parent / "golden"
+
+
+def incident_hash(incident: Path) -> str:
+    """sha256 over every file's relative path and bytes, in path order."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in incident.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(incident).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def analyze_case(case: FixtureCase) -> Diagnosis:
+    """A fresh analysis of a fixture, labelled with the fixture's name."""
+    return analyze(AnalyzeOptions(incident=case.incident, label=case.name)).diagnosis
+
+
+@cache
+def fixture_diagnosis(name: str) -> Diagnosis:
+    """One analysis per fixture per test session (records are frozen, so sharing is safe)."""
+    (case,) = [c for c in fixture_cases() if c.name == name]
+    return analyze_case(case)
+
+
+def render_all(case: FixtureCase) -> dict[str, str]:
+    """Every golden file's content, from a fresh analysis."""
+    diagnosis = analyze_case(case)
+    return {name: render(diagnosis, fmt, color=False) for name, fmt in FILES.items()}
+
+
+def read_stamp(case: FixtureCase) -> dict[str, str] | None:
+    path = golden_dir(case) / STAMP
+    if not path.exists():
+        return None
+    stamp: dict[str, str] = json.loads(path.read_text())
+    return stamp
+
+
+def write_goldens(case: FixtureCase) -> list[Path]:
+    """Regenerate one fixture's goldens and stamp; returns the files written."""
+    folder = golden_dir(case)
+    folder.mkdir(exist_ok=True)
+    written = []
+    for name, text in render_all(case).items():
+        (folder / name).write_text(text, encoding="utf-8")
+        written.append(folder / name)
+    stamp = {"incident_sha256": incident_hash(case.incident), "regenerate": REGEN_COMMAND}
+    (folder / STAMP).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
+    return [*written, folder / STAMP]

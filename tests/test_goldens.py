@@ -1,0 +1,67 @@
+"""Every fixture's reports equal their goldens, and the goldens match the current inputs.
+
+Regenerate with `python -m tests.regen_goldens` (see tests/goldens.py).
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+
+import pytest
+
+from kvdiag.reports import render
+from tests.conftest import FixtureCase, fixture_cases
+from tests.goldens import (
+    FILES,
+    REGEN_COMMAND,
+    fixture_diagnosis,
+    golden_dir,
+    incident_hash,
+    read_stamp,
+)
+
+CASES = fixture_cases()
+IDS = [c.name for c in CASES]
+
+
+@cache
+def _rendered(name: str) -> dict[str, str]:
+    diagnosis = fixture_diagnosis(name)
+    return {file: render(diagnosis, fmt, color=False) for file, fmt in FILES.items()}
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_goldens_are_stamped_with_the_current_inputs(case: FixtureCase) -> None:
+    stamp = read_stamp(case)
+    assert stamp is not None, f"{case.name} has no goldens: regenerate with `{REGEN_COMMAND}`"
+    assert stamp["incident_sha256"] == incident_hash(case.incident), (
+        f"{case.name}/incident changed since its goldens were written: "
+        f"regenerate with `{REGEN_COMMAND} {case.name}` and review the diff"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_report_matches_golden(case: FixtureCase, name: str) -> None:
+    path = golden_dir(case) / name
+    assert path.exists(), f"{path} missing: regenerate with `{REGEN_COMMAND}`"
+    golden, fresh = path.read_text(encoding="utf-8"), _rendered(case.name)[name]
+    if fresh != golden:
+        diff = difflib.unified_diff(
+            golden.splitlines(), fresh.splitlines(), "golden", "now", lineterm="", n=1
+        )
+        shown = "\n".join(list(diff)[:40])
+        pytest.fail(
+            f"{case.name}/{name} differs from its golden. If the change is intended, "
+            f"regenerate with `{REGEN_COMMAND} {case.name}`.\n{shown}"
+        )
+
+
+def test_goldens_have_no_wall_clock_or_absolute_path() -> None:
+    """Goldens must not depend on when or where they were made."""
+    for case in CASES:
+        for name in FILES:
+            text = (golden_dir(case) / name).read_text(encoding="utf-8")
+            assert str(case.incident.parent.parent) not in text, (case.name, name)
+            assert "\x1b[" not in text, (case.name, name)

@@ -1,0 +1,167 @@
+"""The charted series and the incident window agree with the raw scrapes and stats lines."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shutil
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from kvdiag.analyzer.model import Series
+from kvdiag.analyzer.options import AnalyzeOptions
+from kvdiag.analyzer.pipeline import analyze
+from kvdiag.analyzer.series import MIN_QUANTILE_WINDOW_S, QUANTILE, downsample
+from tests.conftest import FIXTURES
+from tests.goldens import fixture_diagnosis
+
+SATURATION = FIXTURES / "vllm-b-saturation" / "incident"
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+
+
+@cache
+def _scrapes() -> list[tuple[float, str]]:
+    """(scrape time from the file name, file text) of every scrape of the saturation run."""
+    files = sorted((SATURATION / "metrics").glob("*.prom"), key=lambda p: float(p.stem))
+    return [(float(p.stem), p.read_text()) for p in files]
+
+
+def _raw(text: str, name: str, le: str | None = None) -> float | None:
+    labels = r"\{[^}]*" + (rf'le="{re.escape(le)}"' if le else "") + r"[^}]*\}"
+    m = re.search(rf"^{re.escape(name)}{labels} (\S+)$", text, flags=re.M)
+    return float(m.group(1)) if m else None
+
+
+def _series(name: str, fixture: str = "vllm-b-saturation") -> Series:
+    (found,) = [s for s in fixture_diagnosis(fixture).series if s.name == name]
+    return found
+
+
+def test_gauges_equal_the_raw_scrapes() -> None:
+    usage = dict(_series("kv_cache_usage").points)
+    waiting = dict(_series("num_requests_waiting").points)
+    assert len(usage) == len(_scrapes()) == 200
+    for t, text in _scrapes()[::17]:
+        raw_usage = _raw(text, "vllm:kv_cache_usage_perc")
+        assert raw_usage is not None
+        assert usage[_iso(t)] == pytest.approx(100 * raw_usage, rel=1e-5)
+        assert waiting[_iso(t)] == _raw(text, "vllm:num_requests_waiting")
+
+
+def test_window_spans_usage_at_90_or_requests_waiting() -> None:
+    hot = [
+        t
+        for t, text in _scrapes()
+        if (_raw(text, "vllm:kv_cache_usage_perc") or 0) >= 0.9
+        or (_raw(text, "vllm:num_requests_waiting") or 0) > 0
+    ]
+    assert fixture_diagnosis("vllm-b-saturation").window == (_iso(min(hot)), _iso(max(hot)))
+
+
+def test_preemptions_accumulate_the_counter() -> None:
+    points = _series("num_preemptions").points
+    first, last = _scrapes()[0][1], _scrapes()[-1][1]
+    increase = (_raw(last, "vllm:num_preemptions_total") or 0) - (
+        _raw(first, "vllm:num_preemptions_total") or 0
+    )
+    assert points[-1][1] == increase == 29  # NOTES.md: the counter ended at 29
+    assert all(a[1] <= b[1] for a, b in itertools.pairwise(points))
+
+
+def _brute_quantile(t: float, family: str) -> float | None:
+    """histogram_quantile over the bucket increase since the last scrape before t - window."""
+    scrapes = dict(_scrapes())
+    before = [s for s in scrapes if s < t - MIN_QUANTILE_WINDOW_S]
+    now_text = scrapes[t]
+    bounds = sorted(
+        {m for m in re.findall(rf'^{family}_bucket\{{[^}}]*le="([^"]+)"', now_text, flags=re.M)},
+        key=float,
+    )
+    counts = []
+    for le in bounds:
+        now = _raw(now_text, f"{family}_bucket", le) or 0
+        then = _raw(scrapes[max(before)], f"{family}_bucket", le) or 0 if before else 0
+        counts.append((float(le), now - then))
+    total = counts[-1][1]
+    if total <= 0:
+        return None
+    rank, lower, below = QUANTILE * total, 0.0, 0.0
+    for upper, count in counts:
+        if count >= rank:
+            return (
+                lower
+                if upper == float("inf")
+                else lower + (upper - lower) * (rank - below) / (count - below)
+            )
+        lower, below = upper, count
+    return None
+
+
+@pytest.mark.parametrize(
+    "name, family",
+    [
+        ("time_to_first_token_p99", "vllm:time_to_first_token_seconds"),
+        ("request_queue_time_p99", "vllm:request_queue_time_seconds"),
+    ],
+)
+def test_p99_matches_a_brute_force_histogram_quantile(name: str, family: str) -> None:
+    points = dict(_series(name).points)
+    checked = 0
+    for t, _ in _scrapes()[::9]:
+        expected = _brute_quantile(t, family)
+        if expected is None:
+            assert _iso(t) not in points
+            continue
+        assert points[_iso(t)] == pytest.approx(expected, rel=1e-5), _iso(t)
+        checked += 1
+    assert checked >= 10
+
+
+def test_healthy_run_has_no_window() -> None:
+    d = fixture_diagnosis("vllm-a-healthy")
+    assert d.window is None
+    assert max(v for _, v in _series("num_requests_waiting", "vllm-a-healthy").points) == 0
+
+
+def test_stats_lines_stand_in_without_metrics(tmp_path: Path) -> None:
+    shutil.copy(SATURATION / "server.log", tmp_path / "server.log")
+    d = analyze(AnalyzeOptions(incident=tmp_path)).diagnosis
+    by_name = {s.name: s for s in d.series}
+    usage = by_name["kv_cache_usage"]
+    assert usage.source == "stats lines of server.log"
+    assert len(usage.points) == 17  # NOTES.md: 17 stats lines
+    assert usage.points[0] == ("2026-11-29T13:35:11.000", 95.5)  # server.log:167
+    assert "request_queue_time_p99" not in by_name  # histograms exist only in /metrics
+    assert d.window is not None and d.window[0] == "2026-11-29T13:35:11.000"
+
+
+def _seconds(n: int) -> list[datetime]:
+    start = datetime(2026, 1, 1)
+    return [start + timedelta(seconds=i) for i in range(n)]
+
+
+def test_downsample_keeps_peaks_and_bounds_points() -> None:
+    n = 5000
+    values = [float(i % 97) for i in range(n)]
+    values[2345] = 1e6
+    frame = pl.DataFrame(
+        {
+            "replica": ["a"] * n + ["b"] * 10,
+            "ts": _seconds(n) + _seconds(10),
+            "value": values + [1.0] * 10,
+        }
+    )
+    small = downsample(frame, "max", max_points=500)
+    a = small.filter(pl.col("replica") == "a")
+    assert 0 < a.height <= 500
+    assert a["value"].max() == 1e6  # the one spike survives
+    assert small.filter(pl.col("replica") == "b").height == 10  # short series untouched
+    mean = downsample(frame, "mean", max_points=500).filter(pl.col("replica") == "a")
+    assert mean["value"].max() < 1e6  # rates average instead
