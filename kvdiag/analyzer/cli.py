@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import click
 
 from kvdiag import __version__
+from kvdiag.analyzer.atomic import write_atomic
 from kvdiag.analyzer.cli_collect import collect_cmd
 from kvdiag.analyzer.errors import KvdiagError
 from kvdiag.analyzer.examples import EXAMPLES, example_path
@@ -66,19 +66,6 @@ def _progress_printer(enabled: bool):  # type: ignore[no-untyped-def]
         )
 
     return show
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write the whole report or nothing: a temp file in the same folder, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def exit_code_for(diagnosis: Diagnosis, fail_on: Severity | None) -> ExitCode:
@@ -224,7 +211,7 @@ def analyze_cmd(
     )
     text = render(result.diagnosis, out_fmt, color=bool(use_color and out_fmt is OutputFormat.TEXT))
     if output is not None:
-        _write_atomic(output, text)
+        write_atomic(output, text)
     else:
         click.echo(text, nl=False, color=bool(use_color))  # click strips ANSI unless told
     v = result.diagnosis.verdict

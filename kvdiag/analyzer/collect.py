@@ -11,11 +11,9 @@ keeps everything collected so far and nothing half-written.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdiag import __version__
+from kvdiag.analyzer.atomic import write_atomic
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -58,19 +57,6 @@ class CollectResult:
     gpu_snapshots: int = 0
     interrupted: bool = False
     errors: list[str] = field(default_factory=list)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write a whole file or nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _get(plan: CollectPlan, path: str) -> tuple[int, bytes]:
