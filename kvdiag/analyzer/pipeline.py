@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 
 from kvdiag import __version__
-from kvdiag.analyzer import classify, engine, facts, missing
+from kvdiag.analyzer import classify, engine, facts, missing, reconcile
 from kvdiag.analyzer.discover import Discovery, discover
 from kvdiag.analyzer.errors import NoInputError
 from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
@@ -152,7 +152,7 @@ def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysi
         established = facts.establish(reader)
         absent = missing.missing_evidence(reader)
         result = engine.run_rules(reader, established, opts)
-        verdict = classify.classify(result.findings, established, absent)
+        verdict = classify.classify(result.findings, established, absent, result.ruled_out)
         diagnosis = Diagnosis(
             incident=opts.label or (root.name if root.is_dir() else root.stem),
             verdict=verdict,
@@ -163,6 +163,7 @@ def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysi
             missing_evidence=absent,
             rules=result.runs,
             engine_problems=result.problems,
+            reconciliation=reconcile.layers(result, absent),
             kvdiag_version=__version__,
         )
     except BaseException:

@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 from kvdiag.rules.base import Rule
+from kvdiag.rules.kv201_padding_waste import PaddingWaste
+from kvdiag.rules.kv202_prefill_peak import PrefillPeak
 from kvdiag.rules.kv301_saturation import KvSaturation
+from kvdiag.rules.kv302_admission_limited import AdmissionLimited
+from kvdiag.rules.kv303_replica_imbalance import ReplicaImbalance
+from kvdiag.rules.kv304_headroom import KvHeadroom
 
-RULES: tuple[type[Rule], ...] = (KvSaturation,)
+RULES: tuple[type[Rule], ...] = (
+    PaddingWaste,
+    PrefillPeak,
+    KvSaturation,
+    AdmissionLimited,
+    ReplicaImbalance,
+    KvHeadroom,
+)
 
 
 def get_rule(code_or_name: str) -> type[Rule]:

@@ -1,0 +1,219 @@
+"""KV302: requests wait while the KV pool has room; name what limits admission."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from kvdiag.analyzer.model import Evidence, Finding, IncidentClass, Remedy, RuledOut, Severity
+from kvdiag.rules.base import Rule, RuleContext, Threshold
+from kvdiag.rules.episodes import Episode, best_source, episodes
+from kvdiag.rules.load import load_points, preemptions, usage_evidence, waiting_evidence
+from kvdiag.rules.queries import counter_total, gauge
+from kvdiag.rules.workload import Lengths, fmt_tokens, lengths, pct, pool
+
+
+@dataclass
+class _Limiter:
+    kind: str  # prefill-bound | max_num_seqs | queue cap | deferred | unknown
+    text: str
+    evidence: list[Evidence] = field(default_factory=list)
+    remedies: list[Remedy] = field(default_factory=list)
+
+
+class AdmissionLimited(Rule):
+    """Requests wait while the KV pool has room: something other than KV limits admission.
+
+    A queue episode (consecutive observations with `min_waiting` or more waiting) of at least
+    `min_points` observations whose median KV usage stays under `usage_room`, with no
+    preemption, is not KV-bound. The rule then names the limiter it can see: the per-step
+    token budget (prefill-bound: prompt throughput on a plateau, at least
+    `prompt_share` of all tokens processed), max_num_seqs (running pinned at the configured
+    cap), a queue cap (rejections, 429/503), deferred requests (`waiting_by_reason`), or
+    says it cannot tell (LoRA slots and other limits leave no trace in the inputs).
+    """
+
+    code = "KV302"
+    name = "peak.admission_limited"
+    layer = 3
+    severity = Severity.WARNING
+    implies = IncidentClass.ADMISSION_LIMITED
+    requires_any = ("metric_samples", "log_stats")
+    thresholds = (
+        Threshold("min_waiting", 1, "requests", "waiting requests that count as a queue"),
+        Threshold("min_points", 5, "observations", "a queue episode must last this many"),
+        Threshold("usage_room", 0.80, "ratio", "median KV usage under this leaves the pool room"),
+        Threshold(
+            "prompt_share", 0.90, "ratio", "prompt share of throughput that is prefill-bound"
+        ),
+        Threshold("plateau", 0.05, "ratio", "stats lines within this of the top throughput"),
+    )
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding | RuledOut]:
+        points = load_points(ctx)
+        if points.is_empty():
+            return
+        replicas = sorted(points["replica"].unique().to_list())
+        for name in replicas:
+            multi = len(replicas) > 1
+            yield from self._replica(ctx, name, points.filter(pl.col("replica") == name), multi)
+
+    def _replica(
+        self, ctx: RuleContext, name: str, part: pl.DataFrame, multi: bool
+    ) -> Iterator[Finding | RuledOut]:
+        scope = name if multi else None
+        found = [
+            e
+            for e in episodes(best_source(part), ctx.threshold("min_waiting"))
+            if e.rows.height >= ctx.threshold("min_points")
+        ]
+        if not found:
+            yield ctx.rule_out("no queue lasted long enough to judge")
+            return
+        roomy = [e for e in found if e.median_usage < ctx.threshold("usage_room")]
+        pre = preemptions(ctx, scope).count
+        if not roomy or pre:
+            top = max(e.median_usage for e in found)
+            why = f"{pre} preemptions" if pre else f"median KV usage {pct(top)} while queued"
+            yield ctx.rule_out(f"the queue coincided with a full pool ({why}): KV-bound")
+            return
+        worst = max(roomy, key=lambda e: e.max_waiting)
+        lens = lengths(ctx, scope)
+        limiter = _limiter(ctx, worst, part, lens, scope)
+        title = (
+            f"Requests waited while the KV pool had room: up to {worst.max_waiting} waiting with "
+            f"KV usage at most {pct(worst.peak_usage)} (median {pct(worst.median_usage)}); "
+            f"{limiter.kind}: {limiter.text}"
+        )
+        row = worst.row_of_max("waiting")
+        ev = [waiting_evidence(ctx, row), usage_evidence(ctx, worst.row_of_max("usage"))]
+        yield ctx.finding(
+            title, ev + limiter.evidence, limiter.remedies, replica=name if multi else None
+        )
+
+
+def _limiter(
+    ctx: RuleContext, ep: Episode, part: pl.DataFrame, lens: Lengths | None, scope: str | None
+) -> _Limiter:
+    for probe in (_deferred, _queue_cap, _max_num_seqs, _prefill_bound):
+        found = probe(ctx, ep, lens, scope)
+        if found is not None:
+            return found
+    return _Limiter(
+        "limiter not identified",
+        "no max_num_seqs cap reached, no token-budget plateau, rejection or deferral in the "
+        "inputs (LoRA slots and scheduler policies leave no trace there)",
+    )
+
+
+def _deferred(
+    ctx: RuleContext, ep: Episode, lens: Lengths | None, scope: str | None
+) -> _Limiter | None:
+    rows = gauge(ctx, "num_requests_waiting_by_reason", reason="deferred")
+    if scope is not None and rows.height:
+        rows = rows.filter(pl.col("replica") == scope)
+    rows = rows.filter(pl.col("value") > 0)
+    if rows.is_empty():
+        return None
+    top = rows.sort("value", descending=True).row(0, named=True)
+    return _Limiter(
+        "deferred",
+        f"up to {int(top['value'])} requests waited with reason=deferred (held back by the "
+        "scheduler's policy, not by capacity)",
+        [ctx.evidence(top, "num_requests_waiting_by_reason{deferred}", top["value"])],
+    )
+
+
+def _queue_cap(
+    ctx: RuleContext, ep: Episode, lens: Lengths | None, scope: str | None
+) -> _Limiter | None:
+    rejected = int(counter_total(ctx, "admission_rejections", scope) or 0)
+    where = "status IN (429, 503)" + (" AND replica = ?" if scope is not None else "")
+    http = ctx.sql(
+        f"SELECT * FROM log_http WHERE {where} ORDER BY ts, source_line", [scope] if scope else []
+    )
+    if not rejected and http.is_empty():
+        return None
+    ev = [ctx.evidence(r, "http_status", r["status"]) for r in http.head(2).to_dicts()]
+    return _Limiter(
+        "queue cap",
+        f"{rejected + http.height} requests were rejected (admission rejections, 429/503) "
+        "while the pool had room: a queue or concurrency cap turned them away",
+        ev,
+        [Remedy("raise the queue cap, or add replicas", "the KV pool had room for more")],
+    )
+
+
+def _max_num_seqs(
+    ctx: RuleContext, ep: Episode, lens: Lengths | None, scope: str | None
+) -> _Limiter | None:
+    cap_row = ctx.config("max_num_seqs", scope)
+    if cap_row is None:
+        return None
+    cap = int(float(cap_row["value"]))
+    if ep.max_running < cap:
+        return None
+    remedies = []
+    size = pool(ctx, scope)
+    if size is not None and lens is not None:
+        fit = size.fit(lens.peak)
+        if fit > cap:
+            remedies.append(
+                Remedy(
+                    f"--max-num-seqs {fit}",
+                    f"the pool holds {fit} requests of {fmt_tokens(lens.peak)} tokens "
+                    f"(prompt + max_tokens); {cap} leaves the rest of it idle",
+                )
+            )
+    return _Limiter(
+        "max_num_seqs",
+        f"running requests pinned at max_num_seqs = {cap} while the pool had room",
+        [ctx.evidence(cap_row, "max_num_seqs", cap)],
+        remedies,
+    )
+
+
+def _prefill_bound(
+    ctx: RuleContext, ep: Episode, lens: Lengths | None, scope: str | None
+) -> _Limiter | None:
+    where = "prompt_tps IS NOT NULL AND ts BETWEEN ? AND ?"
+    params: list[object] = [ep.start, ep.end]
+    if scope is not None:
+        where += " AND replica = ?"
+        params.append(scope)
+    lines = ctx.sql(f"SELECT * FROM log_stats WHERE {where} ORDER BY ts, source_line", params)
+    if lines.height < 3:
+        return None
+    top = float(lines["prompt_tps"].max())  # type: ignore[arg-type]
+    gen = float(lines["gen_tps"].fill_null(0).max())  # type: ignore[arg-type]
+    near = lines.filter(pl.col("prompt_tps") >= top * (1 - ctx.threshold("plateau")))
+    share = top / (top + gen) if top + gen else 0.0
+    if top <= 0 or share < ctx.threshold("prompt_share") or near.height * 2 < lines.height:
+        return None
+    text = (
+        f"prompt throughput on a plateau at {top:,.0f} tokens/s ({near.height} of {lines.height} "
+        f"stats lines within {ctx.threshold('plateau'):.0%} of it) against {gen:,.1f} tokens/s "
+        "generated: the per-step token budget is spent on prefill"
+    )
+    remedies = [
+        Remedy(
+            "raise --max-num-batched-tokens (only where compute is idle) or add replicas",
+            f"prefill runs at {top:,.0f} tokens/s; more KV does not shorten this queue",
+        )
+    ]
+    if lens is not None and lens.prompt:
+        rate = top / lens.prompt
+        text += f"; with {fmt_tokens(lens.prompt)}-token prompts that is {rate:.2f} requests/s"
+        remedies.append(
+            Remedy(
+                "cut prompt tokens: enable prefix caching for shared prefixes, cap prompt length",
+                f"each request costs {fmt_tokens(lens.prompt)} prompt tokens of prefill; "
+                f"halving it doubles the {rate:.2f} requests/s this engine admits",
+            )
+        )
+    row = near.row(0, named=True)
+    return _Limiter(
+        "prefill-bound", text, [ctx.evidence(row, "prompt_tps", row["prompt_tps"])], remedies
+    )
