@@ -70,7 +70,10 @@ class AdmissionLimited(Rule):
             if e.rows.height >= ctx.threshold("min_points")
         ]
         if not found:
-            yield ctx.rule_out("no queue lasted long enough to judge")
+            waited = int(part["waiting"].max() or 0)  # type: ignore[arg-type]
+            yield ctx.rule_out(
+                "no request waited" if not waited else f"queues (up to {waited}) too brief to judge"
+            )
             return
         roomy = [e for e in found if e.median_usage < ctx.threshold("usage_room")]
         pre = preemptions(ctx, scope).count

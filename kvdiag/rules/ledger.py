@@ -90,4 +90,4 @@ def waterfall(ledger: Ledger) -> list[tuple[str, float]]:
 
 
 def fmt_gib(gib: float) -> str:
-    return f"{gib:,.2f} GiB" if gib < 10 else f"{gib:,.1f} GiB"
+    return f"{gib:,.2f} GiB" if gib < 100 else f"{gib:,.1f} GiB"
