@@ -27,8 +27,9 @@ class ShrunkenPool(Rule):
     whose usage reaches `usage_high` while nvidia-smi shows `free_min_gib` or more free (and
     at least `free_vs_pool` of the pool) cannot reach that memory. An explicitly sized pool
     (--kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE) is the operator's choice: it is
-    reported, as info, only when it bounded the load (full while requests waited or were
-    preempted). On the CPU backend the "card" is the node's memory and nvidia-smi does not apply.
+    reported, as info, only when it bounded the load (usage at `usage_full` while requests
+    waited or were preempted). On the CPU backend the "card" is the node's memory and
+    nvidia-smi does not apply.
     """
 
     code = "KV102"

@@ -22,7 +22,8 @@ class MemoryOvercommit(Rule):
     (the pool never ran out; the workspace, graphs or buffers did); a start-up refusal
     because free memory was below total x gpu_memory_utilization (another process holds the
     card); or a stated gpu_memory_utilization that leaves under `workspace_min_gib` outside
-    the budget. Remedies price the utilization that leaves room: 0.85-0.88 is the usual fix.
+    the budget. Remedies price the utilization that leaves room (`target_util`; 0.85-0.88 is
+    the usual fix).
     """
 
     code = "KV103"

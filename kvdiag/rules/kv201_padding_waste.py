@@ -86,10 +86,20 @@ class PaddingWaste(Rule):
         allocated = row["usage"] * size.usable
         title = (
             f"Allocated slots carry {ratio:.0%} live tokens: at {row['usage']:.0%} usage "
-            f"({fmt_tokens(allocated)} slots) {int(row['running'])} running requests of about "
+            f"({fmt_tokens(allocated)} slots) {int(row['running']):,} running requests of about "
             f"{fmt_tokens(live)} tokens hold {fmt_tokens(row['running'] * live)}"
         )
-        yield ctx.finding(title, [usage_evidence(ctx, row)], _remedies(size, live), replica=scope)
+        ev = [usage_evidence(ctx, row)]
+        lines = ctx.sql(
+            "SELECT * FROM log_stats WHERE kv_usage_pct IS NOT NULL"
+            + (" AND replica = ?" if scope else "")
+            + " ORDER BY kv_usage_pct DESC, ts LIMIT 1",
+            [scope] if scope else [],
+        )
+        if lines.height:  # the engine's own stats line saw the same level
+            top = lines.row(0, named=True)
+            ev.append(ctx.evidence(top, "kv_usage_pct", top["kv_usage_pct"]))
+        yield ctx.finding(title, ev, _remedies(size, live), replica=scope)
 
 
 def _remedies(size: Pool, live: float) -> list[Remedy]:
@@ -105,7 +115,7 @@ def _remedies(size: Pool, live: float) -> list[Remedy]:
         empty = slots(live, size.block_size) - live
         out.append(
             Remedy(
-                "--block-size 16",
+                "--block-size 16 (where the attention backend allows; hybrid models fix it)",
                 f"with {size.block_size}-token blocks a {fmt_tokens(live)}-token sequence "
                 f"leaves {fmt_tokens(empty)} slots empty; 16-token blocks leave at most 15",
             )

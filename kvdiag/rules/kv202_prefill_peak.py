@@ -42,10 +42,10 @@ class PrefillPeak(Rule):
 
     Fires when prompts dwarf what is generated (mean prompt at least `prompt_ratio` times
     the mean generated length and at least `long_prompt` tokens), prefix caching is off or
-    its hit rate is under `low_hit`, and it shows: requests queue, or KV usage reaches
-    `usage_high`. Corroboration: usage stepping up by whole prompts at once. Remedies are
-    priced in prompt tokens recomputed and held (domain.md §6: a 5,000-token system prompt
-    for 20 users holds 100,000 tokens at once).
+    its hit rate is under `low_hit`, and it shows: `min_waiting` or more requests queue, or KV
+    usage reaches `usage_high`. Corroboration: usage stepping up by whole prompts at once.
+    Remedies are priced in prompt tokens recomputed and held (domain.md §6: a 5,000-token
+    system prompt for 20 users holds 100,000 tokens at once).
     """
 
     code = "KV202"

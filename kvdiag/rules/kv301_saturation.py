@@ -27,7 +27,7 @@ from kvdiag.rules.load import (
 )
 from kvdiag.rules.peak import saturation_remedies
 from kvdiag.rules.queries import first_max, histogram_quantile
-from kvdiag.rules.workload import Lengths, Pool, fmt_tokens, lengths, pct, pool
+from kvdiag.rules.workload import Lengths, Pool, fmt_request, fmt_tokens, lengths, pct, pool
 
 
 @dataclass
@@ -50,24 +50,26 @@ class _Replica:
     def queued_demand(self) -> Demand | None:
         if self.lens is None or self.pool is None:
             return None
-        return Demand(self.max_concurrent, self.lens.peak, self.pool.usable)
+        return Demand(self.max_concurrent, self.pool.slots(self.lens.peak), self.pool.usable)
 
     @property
     def running_demand(self) -> Demand | None:
         """What the running requests grow to: provable only when max_tokens is known."""
         if self.lens is None or self.pool is None or not self.lens.max_tokens:
             return None
-        return Demand(self.max_running, self.lens.peak, self.pool.usable)
+        return Demand(self.max_running, self.pool.slots(self.lens.peak), self.pool.usable)
 
 
 class KvSaturation(Rule):
     """Requests wait or are preempted while the KV pool is full (genuine exhaustion).
 
-    Evidence: KV usage at or above `usage_full` while requests wait (metrics scrapes or the
-    engine's stats lines); preemptions (counter, stats lines, v0 warnings) with a pool that
-    reached `usage_full`. Either fires the rule as an error. Without a queue yet, it fires as
-    a warning when the running requests' worst case (prompt + max_tokens each) provably
-    exceeds the pool, or when usage climbs steadily towards full (time to exhaustion).
+    Evidence: KV usage at or above `usage_full` while `min_waiting` or more requests wait
+    (metrics scrapes or the engine's stats lines); preemptions (counter, stats lines, v0
+    warnings) with a pool that reached `usage_full`. Either fires the rule as an error.
+    Without a queue yet, it fires as a warning when the running requests' worst case
+    (prompt + max_tokens each) provably exceeds the pool, or when usage climbs steadily
+    towards full: a line fitted over the `trend_window` seconds before a peak of at least
+    `usage_warn` that reaches 100 % within `horizon` seconds (time to exhaustion).
     Layer 3 comparisons: peak demand against the pool, waiting, preemptions, queue time and
     TTFT p99. Remedies are priced: max_num_seqs that fits, replicas, fp8 KV, a bigger pool.
     """
@@ -150,7 +152,7 @@ class KvSaturation(Rule):
         if worst is not None and worst.exceeds and rep.lens is not None:
             return (
                 f"Current usage understates the risk: {rep.max_running} running requests grow "
-                f"to {fmt_tokens(rep.lens.peak)} tokens each (prompt + max_tokens), "
+                f"to {fmt_request(rep.lens.peak, worst.per_request)} each (prompt + max_tokens), "
                 f"{fmt_tokens(worst.total)} tokens = {worst.ratio:.1f}x the pool of "
                 f"{fmt_tokens(worst.pool)} (usage peaked at {rep.peak_usage:.0%})",
                 [peak_ev],
@@ -197,10 +199,11 @@ def _full_title(rep: _Replica) -> str:
         f"up to {rep.max_waiting} waiting, {rep.pre.count} preemptions"
     )
     demand = rep.queued_demand
-    if demand is not None and demand.exceeds:
+    if demand is not None and demand.exceeds and rep.lens is not None:
+        each = fmt_request(rep.lens.peak, demand.per_request)
         title += (
-            f"; peak demand {rep.max_concurrent} requests x {fmt_tokens(demand.per_request)} "
-            f"tokens = {demand.ratio:.1f}x the pool of {fmt_tokens(demand.pool)}"
+            f"; peak demand {rep.max_concurrent} requests x {each} = {demand.ratio:.1f}x the "
+            f"pool of {fmt_tokens(demand.pool)}"
         )
     return title
 

@@ -49,6 +49,7 @@ class AdmissionLimited(Rule):
             "prompt_share", 0.90, "ratio", "prompt share of throughput that is prefill-bound"
         ),
         Threshold("plateau", 0.05, "ratio", "stats lines within this of the top throughput"),
+        Threshold("pinned", 0.80, "ratio", "share of a queue with running at its maximum: a cap"),
     )
 
     def check(self, ctx: RuleContext) -> Iterable[Finding | RuledOut]:
@@ -100,7 +101,8 @@ class AdmissionLimited(Rule):
 def _limiter(
     ctx: RuleContext, ep: Episode, part: pl.DataFrame, lens: Lengths | None, scope: str | None
 ) -> _Limiter:
-    for probe in (_deferred, _queue_cap, _max_num_seqs, _prefill_bound):
+    # The binding limit first: a queue cap or deferral is often a consequence of it.
+    for probe in (_max_num_seqs, _prefill_bound, _concurrency_cap, _deferred, _queue_cap):
         found = probe(ctx, ep, lens, scope)
         if found is not None:
             return found
@@ -123,8 +125,8 @@ def _deferred(
     top = rows.sort("value", descending=True).row(0, named=True)
     return _Limiter(
         "deferred",
-        f"up to {int(top['value'])} requests waited with reason=deferred (held back by the "
-        "scheduler's policy, not by capacity)",
+        f"up to {int(top['value'])} requests waited with reason=deferred (held back by a "
+        "transient constraint: LoRA budget, KV transfer or blocked status, not by capacity)",
         [ctx.evidence(top, "num_requests_waiting_by_reason{deferred}", top["value"])],
     )
 
@@ -174,6 +176,36 @@ def _max_num_seqs(
         "max_num_seqs",
         f"running requests pinned at max_num_seqs = {cap} while the pool had room",
         [ctx.evidence(cap_row, "max_num_seqs", cap)],
+        remedies,
+    )
+
+
+def _concurrency_cap(
+    ctx: RuleContext, ep: Episode, lens: Lengths | None, scope: str | None
+) -> _Limiter | None:
+    """Running held at one level for most of the queue: a cap, even when no config says which."""
+    top = ep.max_running
+    pinned = ep.rows.filter(pl.col("running") == top).height
+    if top < 2 or pinned < ctx.threshold("pinned") * ep.rows.height:
+        return None
+    remedies = []
+    size = pool(ctx, scope)
+    if size is not None and lens is not None and size.fit(lens.peak) > top:
+        fit = size.fit(lens.peak)
+        remedies.append(
+            Remedy(
+                f"--max-num-seqs {fit} (if that is the cap)",
+                f"the pool holds {fit} requests of {fmt_tokens(lens.peak)} tokens "
+                f"(prompt + max_tokens); {top} running leaves the rest of it idle",
+            )
+        )
+    row = ep.row_of_max("running")
+    src = {"source_path": row["source_path"], "source_line": row["source_line"], "raw": row["raw"]}
+    return _Limiter(
+        "concurrency cap",
+        f"running requests held at {top} in {pinned} of {ep.rows.height} observations while "
+        "the pool had room: max_num_seqs (not in the inputs) or a LoRA slot limit",
+        [ctx.evidence(src | {"ts": row["ts"]}, "kv_cache_usage_at_cap", round(row["usage"], 4))],
         remedies,
     )
 

@@ -112,7 +112,7 @@ class ReplicaImbalance(Rule):
         )
         if hot.requests and cold.requests:
             title += (
-                f"; they served {hot.requests} and {cold.requests} requests "
+                f"; they served {hot.requests:,} and {cold.requests:,} requests "
                 f"({hot.requests / cold.requests:.1f}x)"
             )
         remedies = [

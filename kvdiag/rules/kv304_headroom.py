@@ -11,13 +11,14 @@ from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.demand import Demand
 from kvdiag.rules.load import load_points, preemptions, usage_evidence
 from kvdiag.rules.queries import counter_total, first_max
-from kvdiag.rules.workload import fmt_tokens, lengths, pct, pool
+from kvdiag.rules.workload import fmt_request, fmt_tokens, lengths, pct, pool
 
 
 class KvHeadroom(Rule):
     """No request waited or was preempted, no OOM or rejection, and the headroom covers growth.
 
-    "90 % and healthy" is a possible verdict: a high level is safe when nothing waits and
+    "90 % and healthy" is a possible verdict: a high level is safe when fewer than
+    `min_waiting` requests ever wait and
     the running requests, each grown to prompt + max_tokens (else to what they generated),
     still fit the pool. When that growth cannot be bounded (no request lengths or pool size)
     a peak at or above `usage_unbounded` is not called healthy: the rule stays silent and
@@ -90,17 +91,17 @@ class KvHeadroom(Rule):
                 )
             growth_text = "growth not bounded (no request lengths), but the level stayed low"
         else:
-            demand, source = growth
+            demand, source, peak_tokens = growth
             if demand.exceeds:
                 return (
                     f"{tag}{demand.requests} running requests could grow to "
                     f"{fmt_tokens(demand.total)} tokens, {demand.ratio:.1f}x the pool"
                 )
             many = "requests" if demand.requests != 1 else "request"
+            each = fmt_request(peak_tokens, demand.per_request)
             growth_text = (
-                f"{demand.requests} running {many} grown to {fmt_tokens(demand.per_request)} "
-                f"tokens each ({source}) need {fmt_tokens(demand.total)} of "
-                f"{fmt_tokens(demand.pool)} tokens"
+                f"{demand.requests} running {many} grown to {each} each ({source}) need "
+                f"{fmt_tokens(demand.total)} of {fmt_tokens(demand.pool)} tokens"
             )
         title = (
             f"{tag}KV usage peaked at {shown}; nothing waited, nothing was preempted, no OOM or "
@@ -124,10 +125,13 @@ def _trouble(ctx: RuleContext, replica: str | None) -> Iterator[str]:
         yield f"{rejected} rejected requests"
 
 
-def _growth(ctx: RuleContext, part: pl.DataFrame, replica: str | None) -> tuple[Demand, str] | None:
+def _growth(
+    ctx: RuleContext, part: pl.DataFrame, replica: str | None
+) -> tuple[Demand, str, float] | None:
     lens, size = lengths(ctx, replica), pool(ctx, replica)
     if lens is None or size is None:
         return None
     running = int(part["running"].max() or 0)  # type: ignore[arg-type]
     grows = "prompt + max_tokens" if lens.max_tokens else "prompt + generated"
-    return Demand(running, lens.peak, size.usable), f"{grows}, {lens.source}"
+    # Each request holds whole blocks: count its peak in slots, not tokens.
+    return Demand(running, size.slots(lens.peak), size.usable), f"{grows}, {lens.source}", lens.peak

@@ -47,13 +47,23 @@ class Ledger:
         """What gpu_memory_utilization keeps off-limits on purpose."""
         return self.total_gib - self.budget_gib
 
+    @property
+    def graphs_outside(self) -> bool:
+        """CUDA graphs captured after the pool was sized (vLLM before 0.20): the printed terms
+        balance the budget without them, and the graphs come out of the margin outside it."""
+        if self.cuda_graph_gib is None:
+            return False
+        inside = [self.weights_gib, self.activation_gib, self.non_torch_gib]
+        rest = self.budget_gib - self.pool_gib - sum(g for g in inside if g is not None)
+        return abs(rest) <= 0.1 + 0.01 * self.budget_gib
+
     def terms(self) -> list[tuple[str, float]]:
         """The non-KV terms the inputs state, then whatever the budget does not account for."""
         named = [
             ("weights", self.weights_gib),
             ("activation", self.activation_gib),
             ("non_torch", self.non_torch_gib),
-            ("cuda_graph", self.cuda_graph_gib),
+            ("cuda_graph", None if self.graphs_outside else self.cuda_graph_gib),
         ]
         out = [(name, gib) for name, gib in named if gib is not None]
         rest = self.budget_gib - self.pool_gib - sum(gib for _, gib in out)
@@ -86,6 +96,8 @@ def waterfall(ledger: Ledger) -> list[tuple[str, float]]:
     )
     steps += [(TERM_LABELS[name], -gib) for name, gib in ledger.terms()]
     steps.append(("KV pool", ledger.pool_gib))
+    if ledger.graphs_outside and ledger.cuda_graph_gib is not None:
+        steps.append(("CUDA graphs, from the margin outside the budget", -ledger.cuda_graph_gib))
     return steps
 
 

@@ -112,8 +112,12 @@ class Pool:
             return self.tokens - self.block_size
         return self.tokens
 
+    def slots(self, per_request: float) -> float:
+        """Slots one request of `per_request` tokens holds: whole blocks."""
+        return slots(per_request, self.block_size)
+
     def fit(self, per_request: float) -> int:
-        need = slots(per_request, self.block_size)
+        need = self.slots(per_request)
         return int(self.usable // need) if need else 0
 
 
@@ -133,3 +137,9 @@ def fmt_tokens(n: float) -> str:
 def pct(ratio: float) -> str:
     """A usage ratio as a percentage that keeps small values visible (0.3 %, not 0 %)."""
     return f"{ratio:.1%}" if ratio < 0.1 else f"{ratio:.0%}"
+
+
+def fmt_request(tokens: float, slots: float) -> str:
+    """A request's size in tokens, and in slots when whole blocks make it larger."""
+    held = f" ({fmt_tokens(slots)} slots)" if round(slots) != round(tokens) else ""
+    return f"{fmt_tokens(tokens)} tokens{held}"

@@ -123,3 +123,15 @@ def test_trend_gives_time_to_exhaustion() -> None:
     falling = demand.trend([(0, 0.8), (10, 0.7), (20, 0.6)])
     assert falling is not None and falling.seconds_to(1.0) is None
     assert demand.trend([(0, 0.5), (1, 0.6)]) is None
+
+
+def test_graphs_outside_the_budget_before_0_20() -> None:
+    # The real 0.10.2 TP8 line: 39.98 GiB requested - 27.72 weights - 1.4 activation -
+    # 0.18 non-torch = 10.68 GiB of KV; the 3.45 GiB of CUDA graphs came on top.
+    real = ledger.Ledger(44.42, 0.9, 10.68, 27.72, 1.4, 0.18, 3.45)
+    assert real.graphs_outside
+    assert [n for n, _ in real.terms()] == ["weights", "activation", "non_torch"]
+    assert ledger.waterfall(real)[-1] == ("CUDA graphs, from the margin outside the budget", -3.45)
+    # 0.20+ profiles the graphs inside the budget: the terms then balance with them.
+    inside = ledger.Ledger(79.15, 0.9, 16.76, 12.55, 36.2, 0.61, 5.12)
+    assert not inside.graphs_outside
