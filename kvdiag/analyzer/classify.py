@@ -122,11 +122,13 @@ def classify(
         where = f" (replica {primary.replica})" if primary.replica else ""
         summary = f"{primary.implies.value}{where}: {primary.title}"
         if len(classes) > 1:
-            also = ", ".join(c.value for c in classes[1:])
-            summary += (
-                f". Also {also}; {primary.implies.value} is primary as the more fundamental "
-                "cause (it explains the others, not the reverse)"
-            )
+            summary += f". Contributing: {', '.join(c.value for c in classes[1:])}"
+            caused = [c.value for c in classes[1:] if c in {f.implies for f in candidates}]
+            if caused:
+                summary += (
+                    f"; {primary.implies.value} ranks first as the cause of "
+                    f"{', '.join(caused)} (causes before the symptoms they produce)"
+                )
         return Verdict(
             primary.implies,
             classes,

@@ -41,7 +41,7 @@ class GpuImbalance(Rule):
     def check(self, ctx: RuleContext) -> Iterable[Finding | Comparison | RuledOut]:
         found = list(self._snapshots(ctx)) + list(self._ranks(ctx))
         yield from found
-        compared = any(isinstance(f, Comparison) for f in found) or self._compared_ranks
+        compared = any(isinstance(f, Comparison) for f in found)
         if compared and not any(isinstance(f, Finding) for f in found):
             yield ctx.rule_out("the GPUs of the group hold about the same memory")
 
@@ -93,8 +93,6 @@ class GpuImbalance(Rule):
         ev = [ctx.evidence(r, "memory_used_mib", r["memory_used_mib"]) for r in (high, low)]
         yield ctx.finding(title, ev, _remedies(gap))
 
-    _compared_ranks = False
-
     def _ranks(self, ctx: RuleContext) -> Iterator[Finding | Comparison]:
         for col, unit in (("gib", "GiB"), ("tokens", "tokens")):
             rows = ctx.sql(
@@ -104,9 +102,16 @@ class GpuImbalance(Rule):
             for _, part in rows.group_by("replica", maintain_order=True):
                 if part["rank"].n_unique() < 2:
                     continue
-                self._compared_ranks = True
                 low, high = part.row(0, named=True), part.row(part.height - 1, named=True)
                 spread = (high[col] - low[col]) / high[col] if high[col] else 0.0
+                yield ctx.compare(
+                    f"smallest vs largest per-rank KV pool [{low['replica']}]",
+                    high[col],
+                    low[col],
+                    unit,
+                    [ctx.evidence(r, f"pool_{col}", r[col]) for r in (low, high)],
+                    "expected: the largest rank (ranks of one group are symmetric)",
+                )
                 if spread < ctx.threshold("rank_spread"):
                     continue
                 shown = fmt_gib(low[col]) if unit == "GiB" else fmt_tokens(low[col])

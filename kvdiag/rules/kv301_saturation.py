@@ -18,6 +18,7 @@ from kvdiag.analyzer.model import (
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.demand import Demand, trend
+from kvdiag.rules.episodes import best_source
 from kvdiag.rules.load import (
     Preemptions,
     load_points,
@@ -121,7 +122,7 @@ class KvSaturation(Rule):
         full = ctx.threshold("usage_full")
         replica = rep.name if multi else None
         if rep.hot.height or (rep.pre.count and rep.peak_usage >= full):
-            title = _full_title(rep)
+            title = _full_title(rep) + _fill_time(rep, full)
             ev = _full_evidence(ctx, rep)
             yield ctx.finding(
                 title,
@@ -208,6 +209,21 @@ def _full_title(rep: _Replica) -> str:
     return title
 
 
+def _fill_time(rep: _Replica, full: float) -> str:
+    """How fast the pool filled: from the last low point before it first reached full."""
+    src = best_source(rep.points).drop_nulls("ts").sort("ts")
+    hits = src.with_row_index().filter(pl.col("usage") >= full)
+    if hits.is_empty():
+        return ""
+    first = hits.row(0, named=True)
+    before = src.slice(0, first["index"]).filter(pl.col("usage") < full / 2)
+    if before.is_empty():
+        return ""
+    low = before.row(before.height - 1, named=True)
+    seconds = (first["ts"] - low["ts"]).total_seconds()
+    return f"; usage went from {pct(low['usage'])} to {pct(first['usage'])} in {seconds:.0f} s"
+
+
 def _full_evidence(ctx: RuleContext, rep: _Replica) -> list[Evidence]:
     """The most telling rows first: evidence is capped per finding."""
     ev: list[Evidence] = []
@@ -260,7 +276,9 @@ def _comparisons(ctx: RuleContext, rep: _Replica, multi: bool) -> Iterator[Compa
         src,
         "expected: the level counted as full",
     )
-    yield ctx.compare(f"max waiting requests{tag}", 0, rep.max_waiting, "requests", src)
+    waiting_row = first_max(rep.points, "waiting")
+    waited = [waiting_evidence(ctx, waiting_row)] if waiting_row and waiting_row["w_path"] else []
+    yield ctx.compare(f"max waiting requests{tag}", 0, rep.max_waiting, "requests", waited)
     yield ctx.compare(
         f"preemptions{tag}",
         0,

@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kvdiag.analyzer.facts.base import Facts
-from kvdiag.analyzer.facts.engine import engine_facts
+from kvdiag.analyzer.facts.engine import device_facts, engine_facts
 from kvdiag.analyzer.facts.load import load_facts, preemption_facts
 from kvdiag.analyzer.facts.pool import bytes_per_token, config_facts, pool_facts
 from kvdiag.analyzer.store import StoreReader
 
 FINDERS: tuple[Callable[[StoreReader, Facts], None], ...] = (
     engine_facts,
+    device_facts,
     config_facts,
     pool_facts,
     load_facts,
