@@ -249,11 +249,17 @@ def _comparisons(
         if caching.enabled is False
         else (round(caching.hit_rate, 4) if caching.hit_rate is not None else "unknown")
     )
+    residency = (
+        "; cached blocks no running request holds count as free in v1 usage, so the level "
+        "drops between requests while the prefix stays cached"
+        if caching.enabled
+        else ""
+    )
     yield ctx.compare(
         f"prefix cache hit rate{tag}",
         ctx.threshold("low_hit"),
         observed,
         "ratio",
         [caching.evidence],
-        "expected: at least this where prompts share a prefix",
+        f"expected: at least this where prompts share a prefix{residency}",
     )

@@ -21,8 +21,10 @@ from kvdiag.rules.demand import Demand, trend
 from kvdiag.rules.episodes import best_source
 from kvdiag.rules.load import (
     Preemptions,
+    Pressure,
     load_points,
     preemptions,
+    pressure,
     usage_evidence,
     waiting_evidence,
 )
@@ -39,6 +41,7 @@ class _Replica:
     points: pl.DataFrame
     hot: pl.DataFrame  # points with a full pool and a queue at once
     pre: Preemptions
+    pressure: Pressure
     lens: Lengths | None
     pool: Pool | None
     peak_usage: float
@@ -110,6 +113,7 @@ class KvSaturation(Rule):
             points=part,
             hot=hot,
             pre=preemptions(ctx, scope),
+            pressure=pressure(ctx, scope),
             lens=lengths(ctx, scope),
             pool=pool(ctx, scope),
             peak_usage=float(part["usage"].max()),  # type: ignore[arg-type]
@@ -121,7 +125,8 @@ class KvSaturation(Rule):
     def _decide(self, ctx: RuleContext, rep: _Replica, multi: bool) -> Iterator[Finding | RuledOut]:
         full = ctx.threshold("usage_full")
         replica = rep.name if multi else None
-        if rep.hot.height or (rep.pre.count and rep.peak_usage >= full):
+        pushed_out = rep.pre.count or rep.pressure.swapped or rep.pressure.rejected
+        if rep.hot.height or (pushed_out and rep.peak_usage >= full):
             title = _full_title(rep) + _fill_time(rep, full)
             ev = _full_evidence(ctx, rep)
             yield ctx.finding(
@@ -199,6 +204,10 @@ def _full_title(rep: _Replica) -> str:
         f"KV pool full while requests waited: usage peaked at {rep.peak_usage:.0%}, "
         f"up to {rep.max_waiting} waiting, {rep.pre.count} preemptions"
     )
+    if rep.pressure.swapped:
+        title += f", up to {rep.pressure.swapped} swapped to CPU"
+    if rep.pressure.rejected:
+        title += f", {rep.pressure.rejected} rejected"
     demand = rep.queued_demand
     if demand is not None and demand.exceeds and rep.lens is not None:
         each = fmt_request(rep.lens.peak, demand.per_request)
@@ -241,7 +250,7 @@ def _full_evidence(ctx: RuleContext, rep: _Replica) -> list[Evidence]:
         if row is not None:
             value = f"{row['usage']:.1%} / {int(row['waiting'])} waiting"
             ev.append(ctx.evidence(row, "kv_usage_with_waiting", value))
-    ev += list(rep.pre.evidence)
+    ev += list(rep.pre.evidence) + list(rep.pressure.evidence)
     if hot_scraped.height:
         ev.append(usage_evidence(ctx, hot_scraped.row(0, named=True)))
     return ev
@@ -299,10 +308,15 @@ def _comparisons(ctx: RuleContext, rep: _Replica, multi: bool) -> Iterator[Compa
             f"({rep.lens.source}); expected = usable pool",
         )
     scope = rep.name if multi else None
-    for metric, label in (
-        ("request_queue_time", "queue time p99"),
-        ("time_to_first_token", "TTFT p99"),
-    ):
-        p99 = histogram_quantile(ctx, metric, 0.99, scope)
-        if p99 is not None:
-            yield ctx.compare(f"{label}{tag}", None, round(p99, 3), "s", [], "metrics histogram")
+    for metric, label in (("request_queue_time", "queue time"), ("time_to_first_token", "TTFT")):
+        for q in (0.95, 0.99):
+            value = histogram_quantile(ctx, metric, q, scope)
+            if value is not None:
+                yield ctx.compare(
+                    f"{label} p{q * 100:.0f}{tag}",
+                    None,
+                    round(value, 3),
+                    "s",
+                    [],
+                    "metrics histogram, over the whole window",
+                )

@@ -10,8 +10,14 @@ import polars as pl
 from kvdiag.analyzer.model import Evidence, Finding, IncidentClass, Remedy, RuledOut, Severity
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.episodes import Episode, best_source, episodes
-from kvdiag.rules.load import load_points, preemptions, usage_evidence, waiting_evidence
-from kvdiag.rules.queries import counter_total, gauge
+from kvdiag.rules.load import (
+    load_points,
+    preemptions,
+    pressure,
+    usage_evidence,
+    waiting_evidence,
+)
+from kvdiag.rules.queries import gauge
 from kvdiag.rules.workload import Lengths, fmt_tokens, lengths, pct, pool
 
 
@@ -134,19 +140,14 @@ def _deferred(
 def _queue_cap(
     ctx: RuleContext, ep: Episode, lens: Lengths | None, scope: str | None
 ) -> _Limiter | None:
-    rejected = int(counter_total(ctx, "admission_rejections", scope) or 0)
-    where = "status IN (429, 503)" + (" AND replica = ?" if scope is not None else "")
-    http = ctx.sql(
-        f"SELECT * FROM log_http WHERE {where} ORDER BY ts, source_line", [scope] if scope else []
-    )
-    if not rejected and http.is_empty():
+    seen = pressure(ctx, scope)
+    if not seen.rejected:
         return None
-    ev = [ctx.evidence(r, "http_status", r["status"]) for r in http.head(2).to_dicts()]
     return _Limiter(
         "queue cap",
-        f"{rejected + http.height} requests were rejected (admission rejections, 429/503) "
+        f"{seen.rejected} requests were rejected (admission rejections, 429/503) "
         "while the pool had room: a queue or concurrency cap turned them away",
-        ev,
+        [e for e in seen.evidence if e.what == "http_status"],
         [Remedy("raise the queue cap, or add replicas", "the KV pool had room for more")],
     )
 

@@ -9,8 +9,8 @@ import polars as pl
 from kvdiag.analyzer.model import Evidence, Finding, IncidentClass, RuledOut, Severity
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.demand import Demand
-from kvdiag.rules.load import load_points, preemptions, usage_evidence
-from kvdiag.rules.queries import counter_total, first_max
+from kvdiag.rules.load import load_points, preemptions, pressure, usage_evidence
+from kvdiag.rules.queries import first_max
 from kvdiag.rules.workload import fmt_request, fmt_tokens, lengths, pct, pool
 
 
@@ -118,9 +118,7 @@ def _trouble(ctx: RuleContext, replica: str | None) -> Iterator[str]:
     errors = ctx.sql(f"SELECT count(*) AS n FROM log_capacity_errors {where}", params).item()
     if errors:
         yield f"{errors} capacity errors"
-    http = "status IN (429, 503)" + (" AND replica = ?" if replica is not None else "")
-    rejected = ctx.sql(f"SELECT count(*) AS n FROM log_http WHERE {http}", params).item()
-    rejected += int(counter_total(ctx, "admission_rejections", replica) or 0)
+    rejected = pressure(ctx, replica).rejected
     if rejected:
         yield f"{rejected} rejected requests"
 

@@ -15,7 +15,7 @@ import polars as pl
 
 from kvdiag.analyzer.model import Evidence
 from kvdiag.rules.base import RuleContext
-from kvdiag.rules.queries import counter, counter_increase, gauge
+from kvdiag.rules.queries import counter, counter_increase, counter_total, gauge
 
 _KEY = ["replica", "engine", "ts"]
 _PROV = ["source_path", "source_line", "raw"]
@@ -146,3 +146,41 @@ def _event_preemptions(ctx: RuleContext, replica: str | None) -> Preemptions:
     count = int(rows["count"].fill_null(1).sum())
     ev = tuple(ctx.evidence(r, "retracted_requests", r["count"]) for r in rows.head(3).to_dicts())
     return Preemptions(count, ev, "retraction lines")
+
+
+@dataclass(frozen=True, slots=True)
+class Pressure:
+    """What an engine does when the pool or the queue cannot take more: swap and reject."""
+
+    swapped: int  # most requests swapped to CPU at once (v0)
+    rejected: int  # 429/503 responses and admission rejections
+    evidence: tuple[Evidence, ...]
+
+
+def pressure(ctx: RuleContext, replica: str | None = None) -> Pressure:
+    and_replica = " AND replica = ?" if replica is not None else ""
+    params: list[Any] = [replica] if replica is not None else []
+    ev: list[Evidence] = []
+    swapped = 0
+    lines = ctx.sql(
+        f"SELECT * FROM log_stats WHERE swapped > 0{and_replica} ORDER BY swapped DESC LIMIT 1",
+        params,
+    )
+    if lines.height:
+        row = lines.row(0, named=True)
+        swapped = int(row["swapped"])
+        ev.append(ctx.evidence(row, "swapped", swapped))
+    gauge_rows = gauge(ctx, "num_requests_swapped").filter(pl.col("value") > 0)
+    if replica is not None and gauge_rows.height:
+        gauge_rows = gauge_rows.filter(pl.col("replica") == replica)
+    if gauge_rows.height:
+        row = gauge_rows.sort("value", descending=True).row(0, named=True)
+        swapped = max(swapped, int(row["value"]))
+        ev.append(ctx.evidence(row, "num_requests_swapped", row["value"]))
+    http = ctx.sql(
+        f"SELECT * FROM log_http WHERE status IN (429, 503){and_replica} ORDER BY ts, source_line",
+        params,
+    )
+    ev += [ctx.evidence(r, "http_status", r["status"]) for r in http.head(2).to_dicts()]
+    rejected = http.height + int(counter_total(ctx, "admission_rejections", replica) or 0)
+    return Pressure(swapped, rejected, tuple(ev))
