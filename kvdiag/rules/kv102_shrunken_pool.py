@@ -213,10 +213,18 @@ def _fine(c: Card, nominal: float | None) -> str:
 
 
 def _tokens_per_gib(ctx: RuleContext, c: Card, scope: str | None) -> float | None:
-    tokens = ctx.fact("pool_tokens", scope)
-    if tokens is None or not c.pool_gib or not isinstance(tokens.value, int | float):
+    """Pool tokens per GiB of pool: prices a GiB returned to the pool in tokens."""
+    if not c.pool_gib:
         return None
-    return float(tokens.value) / c.pool_gib
+    tokens = ctx.fact("pool_tokens", scope)
+    if tokens is not None and isinstance(tokens.value, int | float):
+        return float(tokens.value) / c.pool_gib
+    # v0 prints blocks and concurrency, not tokens: concurrency x max_model_len is the pool.
+    row = ctx.sql(
+        "SELECT concurrency * max_model_len AS t FROM log_kv_pool "
+        "WHERE concurrency IS NOT NULL AND max_model_len IS NOT NULL ORDER BY t LIMIT 1"
+    )
+    return float(row.item()) / c.pool_gib if row.height else None
 
 
 def _remedies(

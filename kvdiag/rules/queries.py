@@ -133,6 +133,11 @@ def prefix_hit_rate(ctx: RuleContext, replica: str | None = None) -> float | Non
     hits = counter_total(ctx, "prefix_cache_hits", replica)
     if queries:
         return (hits or 0.0) / queries
+    rate = gauge(ctx, "prefix_cache_hit_rate")  # v0's own gauge (0.5.5-0.9.0)
+    if replica is not None and rate.height:
+        rate = rate.filter(pl.col("replica") == replica)
+    if rate.height:
+        return float(rate["value"][-1])
     where, params = "prefix_hit_pct IS NOT NULL", []
     if replica is not None:
         where += " AND replica = ?"
