@@ -12,6 +12,8 @@ from typing import Any
 
 import polars as pl
 
+from kvdiag.rules.queries import col_max, col_median
+
 
 @dataclass(frozen=True, slots=True)
 class Episode:
@@ -29,19 +31,19 @@ class Episode:
 
     @property
     def peak_usage(self) -> float:
-        return float(self.rows["usage"].max())  # type: ignore[arg-type]
+        return col_max(self.rows, "usage")
 
     @property
     def median_usage(self) -> float:
-        return float(self.rows["usage"].median())  # type: ignore[arg-type]
+        return col_median(self.rows, "usage")
 
     @property
     def max_waiting(self) -> int:
-        return int(self.rows["waiting"].max())  # type: ignore[arg-type]
+        return int(col_max(self.rows, "waiting"))
 
     @property
     def max_running(self) -> int:
-        return int(self.rows["running"].max() or 0)  # type: ignore[arg-type]
+        return int(col_max(self.rows, "running"))
 
     def row_of_max(self, column: str) -> dict[str, Any]:
         top = self.rows[column].max()

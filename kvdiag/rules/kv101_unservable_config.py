@@ -124,8 +124,8 @@ class UnservableConfig(Rule):
             row, conc, want = cfg, float(cfg["value"]), int(mml.value)
         ev = [ctx.evidence(row, "max_concurrency", conc)]
         tokens = ctx.fact("pool_tokens")
-        exact = tokens is not None and isinstance(tokens.value, int | float)
-        fit = int(tokens.value) if exact else int(conc * want)  # type: ignore[union-attr, arg-type]
+        stated = tokens.value if tokens is not None else None
+        fit = int(stated) if isinstance(stated, int | float) else int(conc * want)
         yield ctx.compare(
             "one request of max_model_len vs the pool",
             want,

@@ -11,6 +11,7 @@ from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.card import Card, card
 from kvdiag.rules.ledger import TERM_LABELS, Ledger, fmt_gib, nominal_pool_gib, waterfall
 from kvdiag.rules.load import load_points, preemptions
+from kvdiag.rules.queries import col_max
 from kvdiag.rules.workload import fmt_tokens, pct
 
 _TABLES = ("log_memory", "log_kv_pool", "gpu_snapshots", "config")
@@ -80,7 +81,7 @@ class ShrunkenPool(Rule):
         points = load_points(ctx)
         if multi and points.height:
             points = points.filter(pl.col("replica") == c.replica)
-        peak = float(points["usage"].max()) if points.height else None  # type: ignore[arg-type]
+        peak = col_max(points, "usage") if points.height else None
         if c.explicit:
             yield from self._explicit(ctx, c, peak, points, scope)
             return
@@ -119,12 +120,11 @@ class ShrunkenPool(Rule):
                 f"(peak usage {shown})"
             )
             return
-        tokens = ctx.fact("pool_tokens", scope)
-        conc = ctx.fact("max_concurrency", scope)
+        tokens = getattr(ctx.fact("pool_tokens", scope), "value", None)
+        conc = getattr(ctx.fact("max_concurrency", scope), "value", None)
         detail = ""
-        if tokens is not None and conc is not None:
-            n, k = float(tokens.value), float(conc.value)  # type: ignore[arg-type]
-            detail = f" ({fmt_tokens(n)} tokens, {k:.2f} requests of max_model_len)"
+        if isinstance(tokens, int | float) and isinstance(conc, int | float):
+            detail = f" ({fmt_tokens(tokens)} tokens, {conc:.2f} requests of max_model_len)"
         title = (
             f"The pool was set explicitly to {size}{detail} and it, not the {where}, bounded "
             f"this load (usage peaked at {pct(peak or 0)})"

@@ -12,6 +12,7 @@ from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.card import card
 from kvdiag.rules.ledger import GIB, fmt_gib
 from kvdiag.rules.load import load_points
+from kvdiag.rules.queries import col_max
 from kvdiag.rules.workload import pct
 
 
@@ -60,7 +61,7 @@ class MemoryOvercommit(Rule):
     def _oom(self, ctx: RuleContext, oom: pl.DataFrame) -> Iterator[Finding | RuledOut]:
         row = oom.row(0, named=True)
         points = load_points(ctx)
-        peak = float(points["usage"].max()) if points.height else None  # type: ignore[arg-type]
+        peak = col_max(points, "usage") if points.height else None
         if peak is not None and peak >= ctx.threshold("usage_full"):
             yield ctx.rule_out(f"the OOM came with a full KV pool ({pct(peak)}): see saturation")
             return

@@ -11,6 +11,7 @@ from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.demand import slots
 from kvdiag.rules.episodes import best_source
 from kvdiag.rules.load import load_points, usage_evidence
+from kvdiag.rules.queries import col_median
 from kvdiag.rules.workload import Lengths, Pool, fmt_tokens, lengths, pool
 
 
@@ -68,7 +69,7 @@ class PaddingWaste(Rule):
                 "the payload"
             )
             return
-        ratio = float(busy["payload"].median())  # type: ignore[arg-type]
+        ratio = col_median(busy, "payload")
         yield ctx.compare(
             "payload: effective tokens / allocated slots" + (f" [{scope}]" if scope else ""),
             1.0,

@@ -19,7 +19,7 @@ from kvdiag.analyzer.model import (
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.episodes import best_source
 from kvdiag.rules.load import load_points, usage_evidence, waiting_evidence
-from kvdiag.rules.queries import first_max, prefix_hit_rate
+from kvdiag.rules.queries import col_max, first_max, prefix_hit_rate
 from kvdiag.rules.workload import Lengths, fmt_tokens, lengths, pct, pool
 
 
@@ -142,7 +142,7 @@ def _impact(ctx: RuleContext, part: pl.DataFrame) -> tuple[str, list[Evidence]] 
     waiting = first_max(part, "waiting")
     if waiting is not None and (waiting["waiting"] or 0) >= ctx.threshold("min_waiting"):
         queued = part.filter(pl.col("waiting") >= ctx.threshold("min_waiting"))
-        top = float(queued["usage"].max())  # type: ignore[arg-type]
+        top = col_max(queued, "usage")
         text = f"up to {int(waiting['waiting'])} waited with KV usage at most {pct(top)}"
         return text, [waiting_evidence(ctx, waiting)]
     peak = first_max(part, "usage")
@@ -153,7 +153,7 @@ def _impact(ctx: RuleContext, part: pl.DataFrame) -> tuple[str, list[Evidence]] 
 
 def _held_text(ctx: RuleContext, part: pl.DataFrame, lens: Lengths, scope: str | None) -> str:
     size = pool(ctx, scope)
-    running = int(part["running"].max() or 0) if part.height else 0  # type: ignore[arg-type]
+    running = int(col_max(part, "running"))
     if size is None or not running:
         return ""
     held = running * lens.prompt

@@ -29,7 +29,7 @@ from kvdiag.rules.load import (
     waiting_evidence,
 )
 from kvdiag.rules.peak import saturation_remedies
-from kvdiag.rules.queries import first_max, histogram_quantile
+from kvdiag.rules.queries import col_max, first_max, histogram_quantile
 from kvdiag.rules.workload import Lengths, Pool, fmt_request, fmt_tokens, lengths, pct, pool
 
 
@@ -116,9 +116,9 @@ class KvSaturation(Rule):
             pressure=pressure(ctx, scope),
             lens=lengths(ctx, scope),
             pool=pool(ctx, scope),
-            peak_usage=float(part["usage"].max()),  # type: ignore[arg-type]
-            max_waiting=int(part["waiting"].max() or 0),  # type: ignore[arg-type]
-            max_running=int(part["running"].max() or 0),  # type: ignore[arg-type]
+            peak_usage=col_max(part, "usage"),
+            max_waiting=int(col_max(part, "waiting")),
+            max_running=int(col_max(part, "running")),
             max_concurrent=int(concurrent or 0),
         )
 
@@ -260,7 +260,7 @@ def _not_full_reason(ctx: RuleContext, rep: _Replica) -> str:
     min_w = ctx.threshold("min_waiting")
     queued = rep.points.filter(pl.col("waiting") >= min_w)
     if queued.height:
-        top = float(queued["usage"].max())  # type: ignore[arg-type]
+        top = col_max(queued, "usage")
         return (
             f"waiting up to {rep.max_waiting} with KV usage at most {top:.0%} meanwhile: "
             "not KV-bound"

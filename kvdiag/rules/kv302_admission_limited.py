@@ -17,7 +17,7 @@ from kvdiag.rules.load import (
     usage_evidence,
     waiting_evidence,
 )
-from kvdiag.rules.queries import gauge
+from kvdiag.rules.queries import col_max, gauge
 from kvdiag.rules.workload import Lengths, fmt_tokens, lengths, pct, pool
 
 
@@ -77,7 +77,7 @@ class AdmissionLimited(Rule):
             if e.rows.height >= ctx.threshold("min_points")
         ]
         if not found:
-            waited = int(part["waiting"].max() or 0)  # type: ignore[arg-type]
+            waited = int(col_max(part, "waiting"))
             yield ctx.rule_out(
                 "no request waited" if not waited else f"queues (up to {waited}) too brief to judge"
             )
@@ -222,8 +222,8 @@ def _prefill_bound(
     lines = ctx.sql(f"SELECT * FROM log_stats WHERE {where} ORDER BY ts, source_line", params)
     if lines.height < 3:
         return None
-    top = float(lines["prompt_tps"].max())  # type: ignore[arg-type]
-    gen = float(lines["gen_tps"].fill_null(0).max())  # type: ignore[arg-type]
+    top = col_max(lines, "prompt_tps")
+    gen = col_max(lines, "gen_tps")
     near = lines.filter(pl.col("prompt_tps") >= top * (1 - ctx.threshold("plateau")))
     share = top / (top + gen) if top + gen else 0.0
     if top <= 0 or share < ctx.threshold("prompt_share") or near.height * 2 < lines.height:

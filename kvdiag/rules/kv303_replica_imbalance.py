@@ -19,7 +19,7 @@ from kvdiag.analyzer.model import (
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.episodes import best_source
 from kvdiag.rules.load import load_points, usage_evidence, waiting_evidence
-from kvdiag.rules.queries import first_max, histogram_mean
+from kvdiag.rules.queries import col_max, first_max, histogram_mean
 from kvdiag.rules.workload import pct
 
 # Settings that change a replica's capacity; replicas that differ here are not comparable.
@@ -138,14 +138,15 @@ class ReplicaImbalance(Rule):
 
 
 def _summary(ctx: RuleContext, name: str, part: pl.DataFrame) -> _Replica:
-    p95 = float(part["usage"].quantile(0.95, "nearest"))  # type: ignore[arg-type]
+    quantile = part["usage"].quantile(0.95, "nearest")
+    p95 = float(quantile) if isinstance(quantile, int | float) else 0.0
     row = part.filter(pl.col("usage") >= p95).row(0, named=True)
     waiting = first_max(part, "waiting")
     served = histogram_mean(ctx, "request_prompt_tokens", name)
     return _Replica(
         name,
         p95,
-        int(part["waiting"].max() or 0),  # type: ignore[arg-type]
+        int(col_max(part, "waiting")),
         served[1] if served else None,
         row,
         waiting if waiting and waiting["waiting"] else None,

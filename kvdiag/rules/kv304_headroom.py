@@ -10,7 +10,7 @@ from kvdiag.analyzer.model import Evidence, Finding, IncidentClass, RuledOut, Se
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.demand import Demand
 from kvdiag.rules.load import load_points, preemptions, pressure, usage_evidence
-from kvdiag.rules.queries import first_max
+from kvdiag.rules.queries import col_max, first_max
 from kvdiag.rules.workload import fmt_request, fmt_tokens, lengths, pct, pool
 
 
@@ -72,7 +72,7 @@ class KvHeadroom(Rule):
             for origin in ("metrics", "log")
             if (row := first_max(part.filter(pl.col("origin") == origin), "usage")) is not None
         ]
-        waited = int(part["waiting"].max() or 0)  # type: ignore[arg-type]
+        waited = int(col_max(part, "waiting"))
         if waited >= ctx.threshold("min_waiting"):
             return f"{tag}up to {waited} requests waited"
         pre = preemptions(ctx, scope).count
@@ -129,7 +129,7 @@ def _growth(
     lens, size = lengths(ctx, replica), pool(ctx, replica)
     if lens is None or size is None:
         return None
-    running = int(part["running"].max() or 0)  # type: ignore[arg-type]
+    running = int(col_max(part, "running"))
     grows = "prompt + max_tokens" if lens.max_tokens else "prompt + generated"
     # Each request holds whole blocks: count its peak in slots, not tokens.
     return Demand(running, size.slots(lens.peak), size.usable), f"{grows}, {lens.source}", lens.peak

@@ -148,3 +148,14 @@ def prefix_hit_rate(ctx: RuleContext, replica: str | None = None) -> float | Non
         params,
     )
     return float(frame.item()) / 100 if frame.height else None
+
+
+def col_max(frame: pl.DataFrame, column: str, default: float = 0.0) -> float:
+    """The column's maximum as a float (`default` for an empty or all-null column)."""
+    value = frame[column].max() if frame.height else None
+    return float(value) if isinstance(value, int | float) else default
+
+
+def col_median(frame: pl.DataFrame, column: str, default: float = 0.0) -> float:
+    value = frame[column].median() if frame.height else None
+    return float(value) if isinstance(value, int | float) else default
