@@ -54,8 +54,7 @@ class PaddingWaste(Rule):
     ) -> Iterator[Finding | Comparison | RuledOut]:
         lens, size = lengths(ctx, scope), pool(ctx, scope)
         if lens is None or size is None:
-            yield ctx.rule_out("no request lengths or pool size to weigh the payload")
-            return
+            return  # undecidable without request lengths and a pool size
         live = lens.prompt + lens.generated / 2
         yield from _comparisons(ctx, scope, lens, size, live)
         busy = part.filter(
@@ -65,8 +64,8 @@ class PaddingWaste(Rule):
         )
         if busy.height < ctx.threshold("min_points"):
             yield ctx.rule_out(
-                f"too few observations at {ctx.threshold('usage_min'):.0%}+ usage to weigh "
-                "the payload"
+                f"KV usage seldom reached {ctx.threshold('usage_min'):.0%}: no high level for "
+                "padding to inflate"
             )
             return
         ratio = col_median(busy, "payload")

@@ -77,8 +77,7 @@ class PrefillPeak(Rule):
     ) -> Iterator[Finding | Comparison | RuledOut]:
         lens = lengths(ctx, scope)
         if lens is None:
-            yield ctx.rule_out("no request lengths (histograms or request logs) to weigh prompts")
-            return
+            return  # undecidable without request lengths
         caching = _caching(ctx, scope)
         yield from _comparisons(ctx, lens, caching, scope)
         ratio = lens.prompt / max(lens.generated, 1.0)

@@ -77,10 +77,8 @@ class AdmissionLimited(Rule):
             if e.rows.height >= ctx.threshold("min_points")
         ]
         if not found:
-            waited = int(col_max(part, "waiting"))
-            yield ctx.rule_out(
-                "no request waited" if not waited else f"queues (up to {waited}) too brief to judge"
-            )
+            if not col_max(part, "waiting"):
+                yield ctx.rule_out("no request waited")
             return
         roomy = [e for e in found if e.median_usage < ctx.threshold("usage_room")]
         pre = preemptions(ctx, scope).count
@@ -99,9 +97,22 @@ class AdmissionLimited(Rule):
         )
         row = worst.row_of_max("waiting")
         ev = [waiting_evidence(ctx, row), usage_evidence(ctx, worst.row_of_max("usage"))]
-        yield ctx.finding(
-            title, ev + limiter.evidence, limiter.remedies, replica=name if multi else None
-        )
+        ev += limiter.evidence + _stats_line(ctx, worst, scope)
+        yield ctx.finding(title, ev, limiter.remedies, replica=name if multi else None)
+
+
+def _stats_line(ctx: RuleContext, ep: Episode, scope: str | None) -> list[Evidence]:
+    """The engine's own stats line with the deepest queue of the episode, as corroboration."""
+    where = "waiting > 0 AND ts BETWEEN ? AND ?" + (" AND replica = ?" if scope else "")
+    params: list[object] = [ep.start, ep.end] + ([scope] if scope else [])
+    lines = ctx.sql(
+        f"SELECT * FROM log_stats WHERE {where} ORDER BY waiting DESC, ts LIMIT 1", params
+    )
+    if lines.is_empty():
+        return []
+    row = lines.row(0, named=True)
+    value = f"{row['waiting']} waiting, {row['kv_usage_pct']}% KV"
+    return [ctx.evidence(row, "waiting_with_kv_usage", value)]
 
 
 def _limiter(

@@ -73,8 +73,7 @@ class ReplicaImbalance(Rule):
         points = load_points(ctx)
         names = sorted(points["replica"].unique().to_list()) if points.height else []
         if len(names) < 2:
-            yield ctx.rule_out("one replica: nothing to compare")
-            return
+            return  # one replica: nothing to compare
         reps = [_summary(ctx, n, best_source(points.filter(pl.col("replica") == n))) for n in names]
         for r in reps:
             yield ctx.compare(
