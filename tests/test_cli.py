@@ -139,6 +139,6 @@ def test_text_report_has_no_colour_when_piped() -> None:
 def test_rules_and_tables_commands_describe_themselves() -> None:
     out = run_cli("rules").stdout
     assert "KV301" in out and "usage_full" in out
-    assert json.loads(run_cli("rules", "-f", "json").stdout)[0]["code"] == "KV301"
+    assert "KV301" in {r["code"] for r in json.loads(run_cli("rules", "-f", "json").stdout)}
     assert "log_stats" in run_cli("tables").stdout
     assert "vllm-b-saturation" in run_cli("examples").stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import FixtureCase, analyze_json, fixture_cases
+from tests.rules.evidence import assert_evidence_points_at_real_lines
 
 ALLOWED_KEYS = {
     "provenance",
@@ -15,6 +16,7 @@ ALLOWED_KEYS = {
     "evidence",
     "pending",
     "note",
+    "near_miss_for",
 }
 CASES = fixture_cases()
 
@@ -37,9 +39,11 @@ def test_fixture_diagnosis_matches_expected(
         request.applymarker(pytest.mark.xfail(reason=exp["pending"], strict=True))
     code, doc = analyze_json(case.incident)
     assert doc["verdict"]["primary"] == exp["primary"], doc["verdict"]
+    assert doc["verdict"]["primary"] not in exp.get("near_miss_for", [])
     assert set(exp.get("classes", [])) <= set(doc["verdict"]["classes"])
     assert sorted({f["code"] for f in doc["findings"]}) == sorted(exp["codes"])
     if "exit_code" in exp:
         assert code == exp["exit_code"]
     cited = {f"{e['path']}:{e['line']}" for f in doc["findings"] for e in f["evidence"]}
     assert set(exp.get("evidence", [])) <= cited, sorted(cited)
+    assert_evidence_points_at_real_lines(case.incident, doc)

@@ -13,10 +13,17 @@ from kvdiag.analyzer.facts.effective import EngineContext
 from kvdiag.analyzer.facts.kv import layout_of
 from kvdiag.analyzer.facts.settings import setting
 from kvdiag.analyzer.ingest.cmdline import human_int, non_default_args
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, fixture_cases
 from tests.ingest_helpers import Ingested, ingest, kind_of, write
 
-LAUNCHES = sorted(FIXTURES.glob("*/incident/**/launch.txt"))
+# The recording harness's launch records of the real runs (assembled fixtures imitate
+# the header but not the rest).
+LAUNCHES = sorted(
+    p
+    for case in fixture_cases()
+    if str(case.expected.get("provenance", "")).startswith("real")
+    for p in case.incident.glob("**/launch.txt")
+)
 IDS = [p.relative_to(FIXTURES).parent.as_posix() for p in LAUNCHES]
 
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvdiag.reports import view
 from kvdiag.reports.markdown import md_code, md_text, render_markdown
 from kvdiag.reports.safe import plain
 from tests.conftest import fixture_cases
@@ -47,7 +48,9 @@ def test_markdown_renders_tables_and_no_raw_html(name: str) -> None:
     tables = _tables(rendered)
     reconciliation = tables[0]
     assert reconciliation[0] == ["Layer", "Quantity", "Expected", "Observed", "Gap", "Conclusion"]
-    assert len(reconciliation) == 1 + max(3, len(d.reconciliation))
+    # One row per comparison, at least one per layer (a layer with none says so).
+    expected_rows = sum(max(1, len(layer.rows)) for layer in view.reconciliation(d))
+    assert len(reconciliation) == 1 + expected_rows
     assert all(len(row) == 6 for row in reconciliation)
     evidence_tables = tables[1:]
     assert len(evidence_tables) == sum(1 for f in d.findings[:5] if f.evidence)

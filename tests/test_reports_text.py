@@ -78,7 +78,8 @@ def test_findings_table_is_compact() -> None:
     assert lines[header].split() == ["SEV", "CODE", "LAYER", "EVID", "TITLE"]
     rows = lines[header + 1 : header + 1 + len(d.findings)]
     for row, finding in zip(rows, d.findings, strict=True):
-        assert row.split()[:3] == [finding.severity.value.upper(), finding.code, "3"]
+        layer = str(finding.layer) if finding.layer else "-"
+        assert row.split()[:3] == [finding.severity.value.upper(), finding.code, layer]
         assert len(row) <= 130
     assert "server.log:167" in text
     assert "window: 2026-11-29 13:35:03 to 13:37:28 UTC" in text

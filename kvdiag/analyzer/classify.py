@@ -1,13 +1,17 @@
-"""From findings and facts to a verdict: primary class, contributing classes, confidence.
+"""From findings to a verdict: primary class, contributing classes, confidence, ruled out.
 
-A pure function with a declared precedence: causes outrank the symptoms they produce
-(a shrunken pool or a prefill peak explains saturation, not the other way round).
+A pure function with a declared precedence: causes outrank the symptoms they produce (a
+shrunken pool or a prefill peak explains saturation, not the other way round). Only
+findings at warning or above can be primary; info findings of a problem class contribute.
+`healthy` needs the headroom rule's positive finding; anything less is
+`insufficient_evidence`, never a guess.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from kvdiag.analyzer.missing import affected_layers
 from kvdiag.analyzer.model import (
     Confidence,
     Fact,
@@ -19,20 +23,23 @@ from kvdiag.analyzer.model import (
     Verdict,
 )
 
-# Earlier = more fundamental. Ties between findings of equal severity go to the earlier class.
+# Earlier = more fundamental. The primary is the earliest class among warning+ findings.
 PRECEDENCE: tuple[IncidentClass, ...] = (
     IncidentClass.UNSERVABLE_CONFIG,
     IncidentClass.MEMORY_OVERCOMMIT,
-    IncidentClass.SHRUNKEN_POOL,
     IncidentClass.GPU_IMBALANCE,
+    IncidentClass.SHRUNKEN_POOL,
     IncidentClass.REPLICA_IMBALANCE,
     IncidentClass.PREFILL_PEAK,
     IncidentClass.PADDING_WASTE,
     IncidentClass.SATURATION,
     IncidentClass.ADMISSION_LIMITED,
 )
-# Facts without which no load verdict (healthy or not) can be given.
-LOAD_FACTS = ("peak_kv_usage", "max_requests_waiting")
+_NOT_A_PROBLEM = (None, IncidentClass.HEALTHY)
+
+
+def _rank(cls: IncidentClass | None) -> int:
+    return PRECEDENCE.index(cls) if cls in PRECEDENCE else len(PRECEDENCE)
 
 
 def _value(facts: Mapping[str, Fact | tuple[Fact, ...]], name: str) -> float | None:
@@ -45,70 +52,98 @@ def _value(facts: Mapping[str, Fact | tuple[Fact, ...]], name: str) -> float | N
     return None
 
 
-def _confidence(
+def _source_kinds(finding: Finding) -> set[str]:
+    """Independent witnesses: a scrape folder counts once, each log file once."""
+    return {e.path.split("/", 1)[0] if "/" in e.path else e.path for e in finding.evidence}
+
+
+def confidence(
     primary: Finding, findings: Sequence[Finding], missing: Sequence[MissingEvidence]
 ) -> Confidence:
-    """High when independent files corroborate, lower with fewer sources or missing inputs."""
-    sources = {e.path.rsplit("/", 1)[0] if "/" in e.path else e.path for e in primary.evidence}
-    corroborating = sum(1 for f in findings if f.implies == primary.implies and f is not primary)
-    score = len(sources) + corroborating
-    if len(missing) >= 3:
-        score -= 1
+    """Rises with independent sources, corroborating findings and an error-grade finding;
+    falls with each missing input the primary's layer needed."""
+    corroborating = sum(1 for f in findings if f is not primary and f.implies == primary.implies)
+    gaps = sum(1 for m in missing if primary.layer in affected_layers(m))
+    decisive = 1 if primary.severity is Severity.ERROR else 0
+    score = len(_source_kinds(primary)) + min(corroborating, 1) + decisive - gaps
     if score >= 2:
         return Confidence.HIGH
     return Confidence.MEDIUM if score == 1 else Confidence.LOW
 
 
-def _healthy(
-    facts: Mapping[str, Fact | tuple[Fact, ...]], missing: Sequence[MissingEvidence]
+def _ruled_out(
+    ruled_out: Sequence[RuledOut], classes: Sequence[IncidentClass]
+) -> tuple[RuledOut, ...]:
+    """One reason per class not in the verdict (the first a rule gave)."""
+    seen: dict[IncidentClass, RuledOut] = {}
+    for r in ruled_out:
+        if r.incident_class not in classes and r.incident_class not in seen:
+            seen[r.incident_class] = r
+    return tuple(sorted(seen.values(), key=lambda r: _rank(r.incident_class)))
+
+
+def _insufficient(
+    facts: Mapping[str, Fact | tuple[Fact, ...]],
+    missing: Sequence[MissingEvidence],
+    ruled_out: Sequence[RuledOut],
 ) -> Verdict:
-    usage = _value(facts, "peak_kv_usage") or 0.0
-    shown = f"{usage:.1%}" if usage < 0.1 else f"{usage:.0%}"
-    summary = (
-        f"KV usage peaked at {shown}, no request waited and none was preempted: the level is safe"
-    )
-    ruled = (
-        RuledOut(IncidentClass.SATURATION, f"no queue and no preemption (peak usage {shown})"),
-    )
-    confidence = Confidence.HIGH if len(missing) <= 1 else Confidence.MEDIUM
-    return Verdict(IncidentClass.HEALTHY, (IncidentClass.HEALTHY,), confidence, summary, ruled)
+    waited = _value(facts, "max_requests_waiting")
+    if waited:
+        summary = (
+            f"Requests waited (up to {waited:.0f}) but no rule explains why; kvdiag will not "
+            "call a queue healthy."
+        )
+    elif _value(facts, "peak_kv_usage") is not None:
+        summary = (
+            "No problem was found, but the headroom could not be shown either (no request "
+            "lengths or pool size to bound the growth); kvdiag will not guess healthy."
+        )
+    else:
+        what = ", ".join(m.what for m in missing) or "no load or capacity signal in the inputs"
+        summary = f"The folder does not hold what a verdict needs ({what})."
+    cls = IncidentClass.INSUFFICIENT_EVIDENCE
+    return Verdict(cls, (cls,), Confidence.LOW, summary, _ruled_out(ruled_out, (cls,)))
 
 
 def classify(
     findings: Sequence[Finding],
     facts: Mapping[str, Fact | tuple[Fact, ...]],
     missing: Sequence[MissingEvidence],
+    ruled_out: Sequence[RuledOut] = (),
 ) -> Verdict:
     """The verdict for a set of findings."""
-    candidates = [
-        f for f in findings if f.implies is not None and f.severity.rank >= Severity.WARNING.rank
-    ]
+    problems = [f for f in findings if f.implies not in _NOT_A_PROBLEM]
+    candidates = [f for f in problems if f.severity.rank >= Severity.WARNING.rank]
     if candidates:
-        candidates.sort(
-            key=lambda f: (
-                -f.severity.rank,
-                PRECEDENCE.index(f.implies) if f.implies in PRECEDENCE else 99,
-            )
-        )
-        primary = candidates[0]
+        primary = min(candidates, key=lambda f: (_rank(f.implies), -f.severity.rank))
         assert primary.implies is not None
-        classes = tuple(dict.fromkeys(f.implies for f in candidates if f.implies is not None))
-        summary = f"{primary.implies.value}: {primary.title}"
-        return Verdict(primary.implies, classes, _confidence(primary, findings, missing), summary)
-    if all(_value(facts, name) is not None for name in LOAD_FACTS):
-        if not _value(facts, "max_requests_waiting") and not _value(facts, "preemptions"):
-            return _healthy(facts, missing)
+        others = sorted({f.implies for f in problems if f.implies is not None}, key=_rank)
+        classes = (primary.implies, *(c for c in others if c != primary.implies))
+        where = f" (replica {primary.replica})" if primary.replica else ""
+        summary = f"{primary.implies.value}{where}: {primary.title}"
+        if len(classes) > 1:
+            summary += f". Contributing: {', '.join(c.value for c in classes[1:])}"
+            caused = [c.value for c in classes[1:] if c in {f.implies for f in candidates}]
+            if caused:
+                summary += (
+                    f"; {primary.implies.value} ranks first as the cause of "
+                    f"{', '.join(caused)} (causes before the symptoms they produce)"
+                )
         return Verdict(
-            IncidentClass.INSUFFICIENT_EVIDENCE,
-            (IncidentClass.INSUFFICIENT_EVIDENCE,),
-            Confidence.LOW,
-            f"Requests waited (up to {_value(facts, 'max_requests_waiting'):.0f}) but no rule "
-            "explains why; kvdiag will not call a queue healthy.",
+            primary.implies,
+            classes,
+            confidence(primary, findings, missing),
+            summary,
+            _ruled_out(ruled_out, classes),
         )
-    what = ", ".join(m.what for m in missing) or "no load or capacity signal in the inputs"
-    return Verdict(
-        IncidentClass.INSUFFICIENT_EVIDENCE,
-        (IncidentClass.INSUFFICIENT_EVIDENCE,),
-        Confidence.LOW,
-        f"The folder does not hold what a verdict needs ({what}).",
-    )
+    healthy = [f for f in findings if f.implies is IncidentClass.HEALTHY]
+    if healthy:
+        cls = IncidentClass.HEALTHY
+        return Verdict(
+            cls,
+            (cls,),
+            confidence(healthy[0], findings, missing),
+            healthy[0].title,
+            _ruled_out(ruled_out, (cls,)),
+        )
+    return _insufficient(facts, missing, ruled_out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import time
@@ -22,7 +23,7 @@ from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
 from kvdiag.analyzer.schema import TABLES
 from kvdiag.reports import OutputFormat, render
-from kvdiag.rules import RULES
+from kvdiag.rules import RULES, get_rule
 
 EPILOG = "\b\nExit codes:\n" + exit_code_table()
 _FAIL_ON = {
@@ -278,6 +279,28 @@ def rules(fmt: str) -> None:
         click.echo(f"    needs: {', '.join(needs) or 'nothing'}")
         for t in r.thresholds:
             click.echo(f"    threshold {r.code}.{t.name} = {t.default:g} {t.unit}: {t.doc}")
+
+
+@cli.command()
+@click.argument("code")
+def explain(code: str) -> None:
+    """Explain one rule (code or name): what it checks, what it needs, its thresholds."""
+    try:
+        rule = get_rule(code.strip())
+    except KeyError as exc:
+        raise click.BadParameter(str(exc.args[0]), param_hint="CODE") from None
+    implied = rule.implies.value if rule.implies else "-"
+    click.echo(
+        f"{rule.code} {rule.name} (layer {rule.layer}, {rule.severity.value}, implies {implied})"
+    )
+    click.echo("")
+    for line in inspect.cleandoc(rule.__doc__ or "").splitlines():
+        click.echo(f"  {line}".rstrip())
+    needs = list(rule.requires) + ([" or ".join(rule.requires_any)] if rule.requires_any else [])
+    click.echo(f"\nNeeds rows in: {', '.join(needs) or 'nothing'}")
+    click.echo("Thresholds (override with --set CODE.NAME=VALUE):")
+    for t in rule.thresholds:
+        click.echo(f"  {rule.code}.{t.name} = {t.default:g} {t.unit}: {t.doc}")
 
 
 @cli.command()

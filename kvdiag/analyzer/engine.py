@@ -1,8 +1,9 @@
 """Run the rules over the store, each in isolation, and collect their results.
 
 A rule whose tables are empty is skipped with the reason; a rule that raises becomes an
-engine problem and a `crashed` rule run, and the others still run. Results are sorted so
-output is deterministic.
+engine problem and a `crashed` rule run, and the others still run. Rules yield findings,
+reconciliation comparisons (filed under the rule's layer) and ruled-out arguments (why the
+evidence speaks against the rule's class). Findings are sorted so output is deterministic.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kvdiag.analyzer.model import Comparison, Fact, Finding, RuleRun
+from kvdiag.analyzer.model import Comparison, Fact, Finding, RuledOut, RuleRun
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.store import StoreReader
 from kvdiag.rules import RULES
@@ -24,6 +25,7 @@ class EngineResult:
     comparisons: tuple[tuple[int, Comparison], ...]  # (layer, comparison)
     runs: tuple[RuleRun, ...]
     problems: tuple[str, ...]
+    ruled_out: tuple[RuledOut, ...] = ()
 
 
 def selected_rules(
@@ -63,6 +65,7 @@ def run_rules(
     comparisons: list[tuple[int, Comparison]] = []
     runs: list[RuleRun] = []
     problems: list[str] = []
+    ruled_out: list[RuledOut] = []
     for rule_cls in selected_rules(opts, rules):
         reason = skip_reason(rule_cls, reader)
         if reason is not None:
@@ -80,6 +83,9 @@ def run_rules(
         mine = [p for p in produced if isinstance(p, Finding)]
         findings += mine
         comparisons += [(rule_cls.layer or 0, p) for p in produced if isinstance(p, Comparison)]
+        ruled_out += [p for p in produced if isinstance(p, RuledOut)]
         runs.append(RuleRun(rule_cls.code, rule_cls.name, "ran", "", len(mine)))
     findings.sort(key=lambda f: (-f.severity.rank, f.code, f.replica or "", f.title))
-    return EngineResult(tuple(findings), tuple(comparisons), tuple(runs), tuple(problems))
+    return EngineResult(
+        tuple(findings), tuple(comparisons), tuple(runs), tuple(problems), tuple(ruled_out)
+    )

@@ -5,30 +5,52 @@ from __future__ import annotations
 from kvdiag.analyzer.model import MissingEvidence
 from kvdiag.analyzer.store import StoreReader
 
-# (input kinds any of which supplies it, what is missing, what it would have decided)
-EXPECTED_INPUTS: tuple[tuple[tuple[str, ...], str, str], ...] = (
+# (input kinds any of which supplies it, what is missing, what it would have decided, layers)
+EXPECTED_INPUTS: tuple[tuple[tuple[str, ...], str, str, tuple[int, ...]], ...] = (
     (
         ("vllm_log", "sglang_log"),
         "no server log",
         "start-up pool sizing, memory profiling and capacity errors; the engine's own stats lines",
+        (1, 3),
     ),
     (
         ("prom_text", "prom_api_json", "grafana_csv"),
         "no /metrics scrapes",
         "usage, waiting and preemptions between stats lines "
-        "(vLLM 0.32 shows preemptions only there)",
+        "(vLLM 0.32 shows preemptions only there); request lengths for layers 2 and 3",
+        (2, 3),
     ),
     (
         ("nvidia_smi", "dcgm"),
         "no nvidia-smi or dcgm snapshot",
         "layer 1 could not compare the pool with the card's total, used and free memory per GPU",
+        (1,),
     ),
     (
         ("model_config",),
         "no model config.json",
         "KV bytes per token could not be computed from the model's layers and KV heads",
+        (1,),
     ),
 )
+_NO_POOL = "no pool size (start-up pool line or cache_config_info)"
+_LAYERS = {what: layers for _, what, _, layers in EXPECTED_INPUTS} | {_NO_POOL: (1, 3)}
+
+
+def affected_layers(item: MissingEvidence) -> tuple[int, ...]:
+    """The reconciliation layers a missing piece of evidence weakens."""
+    return _LAYERS.get(item.what, ())
+
+
+def on_cpu(reader: StoreReader) -> bool:
+    """The engine ran on the CPU backend: GPU snapshots do not apply to its pool."""
+    return bool(
+        reader.scalar(
+            "SELECT (SELECT count(*) FROM log_kv_pool WHERE upper(device) = 'CPU') "
+            "+ (SELECT count(*) FROM log_stats WHERE upper(kv_device) = 'CPU') "
+            "+ (SELECT count(*) FROM log_engine WHERE lower(device) = 'cpu')"
+        )
+    )
 
 
 def missing_evidence(reader: StoreReader) -> tuple[MissingEvidence, ...]:
@@ -38,10 +60,11 @@ def missing_evidence(reader: StoreReader) -> tuple[MissingEvidence, ...]:
     )
     if reader.count("model_config"):  # also embedded in a launch record
         kinds.add("model_config")
+    cpu = on_cpu(reader)
     out = [
         MissingEvidence(what, decides)
-        for supply, what, decides in EXPECTED_INPUTS
-        if not kinds & set(supply)
+        for supply, what, decides, _ in EXPECTED_INPUTS
+        if not kinds & set(supply) and not (cpu and "nvidia_smi" in supply)
     ]
     if (
         kinds
@@ -50,10 +73,5 @@ def missing_evidence(reader: StoreReader) -> tuple[MissingEvidence, ...]:
             "SELECT count(*) FROM config WHERE key IN ('num_gpu_blocks', 'kv_cache_size_tokens')"
         )
     ):
-        out.append(
-            MissingEvidence(
-                "no pool size (start-up pool line or cache_config_info)",
-                "layers 1 and 3: the size the demand is held against",
-            )
-        )
+        out.append(MissingEvidence(_NO_POOL, "layers 1 and 3: the size the demand is held against"))
     return tuple(out)

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from kvdiag import __version__
-from kvdiag.analyzer import classify, engine, facts, missing
+from kvdiag.analyzer import classify, engine, facts, missing, reconcile
 from kvdiag.analyzer.discover import DEFAULT_REPLICA, Discovery, discover
 from kvdiag.analyzer.errors import NoInputError
 from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
@@ -193,7 +193,7 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
         absent = missing.missing_evidence(reader)
         clock.lap("facts")
         result = engine.run_rules(reader, established, opts)
-        verdict = classify.classify(result.findings, established, absent)
+        verdict = classify.classify(result.findings, established, absent, result.ruled_out)
         clock.lap("rules")
         series, window = build_series(reader)
         clock.lap("series")
@@ -207,6 +207,7 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
             missing_evidence=absent,
             rules=result.runs,
             engine_problems=result.problems,
+            reconciliation=reconcile.layers(result, absent),
             series=series,
             window=window,
             kvdiag_version=__version__,

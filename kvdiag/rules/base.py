@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import polars as pl
 
+from kvdiag.analyzer.facts.effective import EngineContext, effective_value
 from kvdiag.analyzer.model import (
     Comparison,
     Evidence,
@@ -24,7 +25,10 @@ from kvdiag.analyzer.model import (
     Finding,
     IncidentClass,
     Remedy,
+    RuledOut,
+    Scalar,
     Severity,
+    SourceRef,
 )
 from kvdiag.analyzer.store import StoreReader
 
@@ -84,6 +88,36 @@ class RuleContext:
         fact = self.facts.get(name)
         return fact.value if isinstance(fact, Fact) else None
 
+    def fact(self, name: str, replica: str | None = None) -> Fact | None:
+        """A fact, or its value for one replica when it is scoped per replica."""
+        fact = self.facts.get(name)
+        if isinstance(fact, Fact):
+            return fact
+        if fact and replica is not None:
+            for f in fact:
+                if dict(f.scope).get("replica") == replica:
+                    return f
+        return None
+
+    def config(self, key: str, replica: str | None = None) -> dict[str, Any] | None:
+        """The stated value of a config key (with its provenance row), or None.
+
+        Sources rank as the facts rank them (facts/effective.py): the engine's resolved
+        config in metrics, then its log, then the launch command; aliases such as
+        cache_config_info's `cache_dtype` count as the key. Rows recorded as defaults
+        come last.
+        """
+        where, params = "", []
+        if replica is not None:
+            where, params = "WHERE replica = ?", [replica]
+        rows = self.sql(f"SELECT * FROM config {where}", params).to_dicts()
+        found = effective_value(key, rows, EngineContext())
+        if found is not None and found.row is not None:
+            return {**found.row, "value": found.value}
+        # Rows recorded as a default (origin "default") rank last.
+        defaults = [r for r in rows if r.get("key") == key and r.get("origin") == "default"]
+        return defaults[0] if defaults else None
+
     def evidence(self, row: Mapping[str, Any], what: str, value: Any) -> Evidence:
         """Evidence from a store row that carries provenance columns."""
         line = row.get("source_line")
@@ -120,6 +154,33 @@ class RuleContext:
             replica=replica,
         )
 
+    def compare(
+        self,
+        quantity: str,
+        expected: Scalar,
+        observed: Scalar,
+        unit: str | None,
+        sources: Iterable[SourceRef | Evidence | Fact | None],
+        note: str = "",
+    ) -> Comparison:
+        """A reconciliation row: gap = observed - expected when both are numbers."""
+        gap: Scalar = None
+        if isinstance(expected, int | float) and isinstance(observed, int | float):
+            gap = round(observed - expected, 4)
+            if isinstance(gap, float) and gap.is_integer() and isinstance(expected, int):
+                gap = int(gap)
+        refs: list[SourceRef] = []
+        for s in sources:
+            ref = s.ref if isinstance(s, Evidence) else s.source if isinstance(s, Fact) else s
+            if ref is not None and ref not in refs:
+                refs.append(ref)
+        return Comparison(quantity, expected, observed, gap, unit, tuple(refs), note)
+
+    def rule_out(self, reason: str) -> RuledOut:
+        """Why the evidence argues against this rule's class."""
+        assert self._rule.implies is not None
+        return RuledOut(self._rule.implies, reason)
+
 
 class Rule(ABC):
     """One check. Subclasses set the class attributes and implement `check`.
@@ -154,5 +215,5 @@ class Rule(ABC):
         return {t.name: t.default for t in cls.thresholds}
 
     @abstractmethod
-    def check(self, ctx: RuleContext) -> Iterable[Finding | Comparison]:
-        """Yield findings (and reconciliation comparisons) from the store."""
+    def check(self, ctx: RuleContext) -> Iterable[Finding | Comparison | RuledOut]:
+        """Yield findings, reconciliation comparisons and ruled-out arguments."""

@@ -2,36 +2,80 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
 
 import polars as pl
 
-from kvdiag.analyzer.model import Evidence, Finding, IncidentClass, Remedy, Severity
+from kvdiag.analyzer.model import (
+    Comparison,
+    Evidence,
+    Finding,
+    IncidentClass,
+    RuledOut,
+    Severity,
+)
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.queries import counter, counter_increase, first_max, gauge, histogram_mean
+from kvdiag.rules.demand import Demand, trend
+from kvdiag.rules.episodes import best_source
+from kvdiag.rules.load import (
+    Preemptions,
+    Pressure,
+    load_points,
+    preemptions,
+    pressure,
+    usage_evidence,
+    waiting_evidence,
+)
+from kvdiag.rules.peak import saturation_remedies
+from kvdiag.rules.queries import col_max, first_max, histogram_quantile
+from kvdiag.rules.workload import Lengths, Pool, fmt_request, fmt_tokens, lengths, pct, pool
 
 
 @dataclass
-class _Signals:
-    """What the metrics and the log say about one incident, merged."""
+class _Replica:
+    """What one replica's load says, gathered before deciding."""
 
-    peak_usage: float | None = None
-    full_and_waiting: int = 0  # time points with usage >= full and waiting >= min
-    max_waiting: int = 0
-    max_running: int = 0
-    preemptions: float = 0.0
-    evidence: list[Evidence] | None = None
+    name: str
+    points: pl.DataFrame
+    hot: pl.DataFrame  # points with a full pool and a queue at once
+    pre: Preemptions
+    pressure: Pressure
+    lens: Lengths | None
+    pool: Pool | None
+    peak_usage: float
+    max_waiting: int
+    max_running: int
+    max_concurrent: int  # running + waiting at the same moment
+    evidence: list[Evidence] = field(default_factory=list)
+
+    @property
+    def queued_demand(self) -> Demand | None:
+        if self.lens is None or self.pool is None:
+            return None
+        return Demand(self.max_concurrent, self.pool.slots(self.lens.peak), self.pool.usable)
+
+    @property
+    def running_demand(self) -> Demand | None:
+        """What the running requests grow to: provable only when max_tokens is known."""
+        if self.lens is None or self.pool is None or not self.lens.max_tokens:
+            return None
+        return Demand(self.max_running, self.pool.slots(self.lens.peak), self.pool.usable)
 
 
 class KvSaturation(Rule):
     """Requests wait or are preempted while the KV pool is full (genuine exhaustion).
 
-    Evidence: KV usage at or above `usage_full` at the same time as waiting requests
-    (metrics scrapes or the engine's stats lines), and preemptions counted by
-    `vllm:num_preemptions_total` or the stats line. Either full-and-waiting moments, or
-    preemptions with a pool that reached `usage_full`, fire the rule.
+    Evidence: KV usage at or above `usage_full` while `min_waiting` or more requests wait
+    (metrics scrapes or the engine's stats lines); preemptions (counter, stats lines, v0
+    warnings) with a pool that reached `usage_full`. Either fires the rule as an error.
+    Without a queue yet, it fires as a warning when the running requests' worst case
+    (prompt + max_tokens each) provably exceeds the pool, or when usage climbs steadily
+    towards full: a line fitted over the `trend_window` seconds before a peak of at least
+    `usage_warn` that reaches 100 % within `horizon` seconds (time to exhaustion).
+    Layer 3 comparisons: peak demand against the pool, waiting, preemptions, queue time and
+    TTFT p99. Remedies are priced: max_num_seqs that fits, replicas, fp8 KV, a bigger pool.
     """
 
     code = "KV301"
@@ -43,126 +87,236 @@ class KvSaturation(Rule):
     thresholds = (
         Threshold("usage_full", 0.90, "ratio", "KV usage at or above this counts as a full pool"),
         Threshold("min_waiting", 1, "requests", "waiting requests that count as a queue"),
+        Threshold("usage_warn", 0.80, "ratio", "a climb is only projected from this usage up"),
+        Threshold("trend_window", 120, "s", "seconds of usage before the peak fitted for a climb"),
+        Threshold("horizon", 600, "s", "a projected exhaustion within this many seconds warns"),
     )
 
-    def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        sig = _Signals(evidence=[])
-        self._from_metrics(ctx, sig)
-        self._from_log(ctx, sig)
+    def check(self, ctx: RuleContext) -> Iterable[Finding | Comparison | RuledOut]:
+        points = load_points(ctx)
+        if points.is_empty():
+            return
+        replicas = sorted(points["replica"].unique().to_list())
+        for name in replicas:
+            part = points.filter(pl.col("replica") == name)
+            rep = self._gather(ctx, name, part, multi=len(replicas) > 1)
+            yield from _comparisons(ctx, rep, multi=len(replicas) > 1)
+            yield from self._decide(ctx, rep, multi=len(replicas) > 1)
+
+    def _gather(self, ctx: RuleContext, name: str, part: pl.DataFrame, multi: bool) -> _Replica:
+        full, min_w = ctx.threshold("usage_full"), ctx.threshold("min_waiting")
+        hot = part.filter((pl.col("usage") >= full) & (pl.col("waiting") >= min_w))
+        concurrent = part.select((pl.col("running") + pl.col("waiting")).max()).item()
+        scope = name if multi else None
+        return _Replica(
+            name=name,
+            points=part,
+            hot=hot,
+            pre=preemptions(ctx, scope),
+            pressure=pressure(ctx, scope),
+            lens=lengths(ctx, scope),
+            pool=pool(ctx, scope),
+            peak_usage=col_max(part, "usage"),
+            max_waiting=int(col_max(part, "waiting")),
+            max_running=int(col_max(part, "running")),
+            max_concurrent=int(concurrent or 0),
+        )
+
+    def _decide(self, ctx: RuleContext, rep: _Replica, multi: bool) -> Iterator[Finding | RuledOut]:
         full = ctx.threshold("usage_full")
-        fired = sig.full_and_waiting > 0 or (sig.preemptions > 0 and (sig.peak_usage or 0) >= full)
-        if not fired or sig.peak_usage is None:
-            return
-        title = (
-            f"KV pool full while requests waited: usage peaked at {sig.peak_usage:.0%}, "
-            f"up to {sig.max_waiting} waiting, {int(sig.preemptions)} preemptions"
-        )
-        yield ctx.finding(title, sig.evidence or [], _remedies(ctx, sig))
-
-    def _from_metrics(self, ctx: RuleContext, sig: _Signals) -> None:
-        usage = gauge(ctx, "kv_cache_usage")
-        if usage.is_empty():
-            return
-        waiting = gauge(ctx, "num_requests_waiting")
-        running = gauge(ctx, "num_requests_running")
-        preempt = counter(ctx, "num_preemptions")
-        assert sig.evidence is not None
-        sig.peak_usage = max(sig.peak_usage or 0.0, float(usage["value"].max()))  # type: ignore[arg-type]
-        sig.preemptions = max(sig.preemptions, counter_increase(preempt))
-        if not waiting.is_empty():
-            sig.max_waiting = max(sig.max_waiting, int(waiting["value"].max()))  # type: ignore[arg-type]
-        if not running.is_empty():
-            sig.max_running = max(sig.max_running, int(running["value"].max()))  # type: ignore[arg-type]
-        joint = usage.join(waiting, on=["replica", "engine", "ts"], suffix="_w")
-        hot = joint.filter(
-            (pl.col("value") >= ctx.threshold("usage_full"))
-            & (pl.col("value_w") >= ctx.threshold("min_waiting"))
-        )
-        sig.full_and_waiting += hot.height
-        if (row := first_max(usage, "value")) is not None:
-            sig.evidence.append(ctx.evidence(row, "kv_cache_usage", row["value"]))
-        if (row := first_max(hot.rename({"value": "usage"}), "value_w")) is not None:
-            sig.evidence.append(_waiting_evidence(ctx, row))
-        if (row := first_max(preempt, "value")) is not None and sig.preemptions > 0:
-            sig.evidence.append(ctx.evidence(row, "num_preemptions_total", row["value"]))
-
-    def _from_log(self, ctx: RuleContext, sig: _Signals) -> None:
-        stats = ctx.sql(
-            "SELECT * FROM log_stats WHERE kv_usage_pct IS NOT NULL "
-            "ORDER BY ts, source_path, source_line"
-        )
-        if stats.is_empty():
-            return
-        assert sig.evidence is not None
-        peak = float(stats["kv_usage_pct"].max()) / 100  # type: ignore[arg-type]
-        sig.peak_usage = max(sig.peak_usage or 0.0, peak)
-        sig.max_waiting = max(sig.max_waiting, int(stats["waiting"].max() or 0))  # type: ignore[arg-type]
-        sig.max_running = max(sig.max_running, int(stats["running"].max() or 0))  # type: ignore[arg-type]
-        if stats["preemptions"].drop_nulls().len():
-            sig.preemptions = max(sig.preemptions, float(stats["preemptions"].sum()))
-        hot = stats.filter(
-            (pl.col("kv_usage_pct") >= 100 * ctx.threshold("usage_full"))
-            & (pl.col("waiting") >= ctx.threshold("min_waiting"))
-        )
-        sig.full_and_waiting += hot.height
-        for row in (hot.row(0, named=True) if hot.height else None, first_max(hot, "waiting")):
-            if row is not None:
-                sig.evidence.append(
-                    ctx.evidence(
-                        row,
-                        "kv_usage_pct_with_waiting",
-                        f"{row['kv_usage_pct']}% / {row['waiting']} waiting",
-                    )
-                )
-
-
-def _waiting_evidence(ctx: RuleContext, row: dict[str, Any]) -> Evidence:
-    # The joined row carries the waiting sample's provenance under the _w suffix.
-    src = {
-        "source_path": row["source_path_w"],
-        "source_line": row["source_line_w"],
-        "raw": row["raw_w"],
-        "ts": row["ts"],
-    }
-    return ctx.evidence(src, "num_requests_waiting", row["value_w"])
-
-
-def _remedies(ctx: RuleContext, sig: _Signals) -> list[Remedy]:
-    pool = ctx.fact_value("pool_tokens")
-    prompt = histogram_mean(ctx, "request_prompt_tokens")
-    gen = histogram_mean(ctx, "request_generation_tokens")
-    out: list[Remedy] = []
-    if pool and prompt and gen:
-        per_request = prompt[0] + gen[0]
-        fit = max(1, int(pool // per_request))
-        out.append(
-            Remedy(
-                f"--max-num-seqs {fit}",
-                f"the pool holds {pool:,} tokens; requests average {prompt[0]:,.0f} prompt + "
-                f"{gen[0]:,.0f} generated = {per_request:,.0f} tokens, so {fit} fit without "
-                f"preemption (up to {sig.max_running} ran at once)",
+        replica = rep.name if multi else None
+        pushed_out = rep.pre.count or rep.pressure.swapped or rep.pressure.rejected
+        if rep.hot.height or (pushed_out and rep.peak_usage >= full):
+            title = _full_title(rep) + _fill_time(rep, full)
+            ev = _full_evidence(ctx, rep)
+            yield ctx.finding(
+                title,
+                ev,
+                saturation_remedies(ctx, rep.lens, rep.pool, rep.max_running, rep.max_concurrent),
+                replica=replica,
             )
-        )
-        demand = (sig.max_running + sig.max_waiting) * per_request
-        out.append(
-            Remedy(
-                "add replicas (data parallel) or shed load at the peak",
-                f"peak demand {sig.max_running + sig.max_waiting} requests x {per_request:,.0f} "
-                f"tokens = {demand:,.0f} tokens, {demand / pool:.1f}x the pool",
+            return
+        warning = self._risk(ctx, rep)
+        if warning is not None:
+            title, ev = warning
+            yield ctx.finding(
+                title,
+                ev,
+                saturation_remedies(ctx, rep.lens, rep.pool, rep.max_running, rep.max_concurrent),
+                severity=Severity.WARNING,
+                replica=replica,
             )
-        )
-    if pool:
-        out.append(
-            Remedy(
-                "--kv-cache-dtype fp8 (if the model tolerates it)",
-                f"halves bytes per token: the same memory holds {2 * pool:,} tokens "
-                f"instead of {pool:,}",
+            return
+        yield ctx.rule_out(_not_full_reason(ctx, rep))
+
+    def _risk(self, ctx: RuleContext, rep: _Replica) -> tuple[str, list[Evidence]] | None:
+        """A warning without a queue: provable worst case over the pool, or a steady climb."""
+        peak_row = first_max(rep.points, "usage")
+        assert peak_row is not None
+        peak_ev = usage_evidence(ctx, peak_row)
+        worst = rep.running_demand
+        if worst is not None and worst.exceeds and rep.lens is not None:
+            return (
+                f"Current usage understates the risk: {rep.max_running} running requests grow "
+                f"to {fmt_request(rep.lens.peak, worst.per_request)} each (prompt + max_tokens), "
+                f"{fmt_tokens(worst.total)} tokens = {worst.ratio:.1f}x the pool of "
+                f"{fmt_tokens(worst.pool)} (usage peaked at {rep.peak_usage:.0%})",
+                [peak_ev],
             )
+        climb = _climb(ctx, rep, peak_row)
+        if climb is None:
+            return None
+        seconds, slope = climb
+        return (
+            f"KV usage climbing {slope * 6000:.1f} points/min to {rep.peak_usage:.0%}: at that "
+            f"rate the pool is full in {seconds:.0f} s",
+            [peak_ev],
         )
-    out.append(
-        Remedy(
-            "grow the pool: raise --gpu-memory-utilization or --kv-cache-memory-bytes",
-            "only where the card has free memory the pool cannot reach (see layer 1)",
-        )
+
+
+def _climb(
+    ctx: RuleContext, rep: _Replica, peak_row: dict[str, object]
+) -> tuple[float, float] | None:
+    """(seconds to full, slope per second) of a steady climb ending at the peak, or None."""
+    if rep.peak_usage < ctx.threshold("usage_warn") or peak_row["ts"] is None:
+        return None
+    src = rep.points.filter(pl.col("origin") == peak_row["origin"]).drop_nulls("ts")
+    end = peak_row["ts"]
+    start = end - timedelta(seconds=ctx.threshold("trend_window"))  # type: ignore[operator]
+    window = src.filter((pl.col("ts") >= start) & (pl.col("ts") <= end))
+    if window.height < 5:
+        return None
+    t0 = window["ts"][0]
+    pts = [
+        ((ts - t0).total_seconds(), float(u)) for ts, u in window.select("ts", "usage").iter_rows()
+    ]
+    line = trend(pts)
+    if line is None or line.r2 < 0.8:
+        return None
+    seconds = line.seconds_to(1.0)
+    if seconds is None or seconds > ctx.threshold("horizon"):
+        return None
+    return seconds, line.slope
+
+
+def _full_title(rep: _Replica) -> str:
+    title = (
+        f"KV pool full while requests waited: usage peaked at {rep.peak_usage:.0%}, "
+        f"up to {rep.max_waiting} waiting, {rep.pre.count} preemptions"
     )
-    return out
+    if rep.pressure.swapped:
+        title += f", up to {rep.pressure.swapped} swapped to CPU"
+    if rep.pressure.rejected:
+        title += f", {rep.pressure.rejected} rejected"
+    demand = rep.queued_demand
+    if demand is not None and demand.exceeds and rep.lens is not None:
+        each = fmt_request(rep.lens.peak, demand.per_request)
+        title += (
+            f"; peak demand {rep.max_concurrent} requests x {each} = {demand.ratio:.1f}x the "
+            f"pool of {fmt_tokens(demand.pool)}"
+        )
+    return title
+
+
+def _fill_time(rep: _Replica, full: float) -> str:
+    """How fast the pool filled: from the last low point before it first reached full."""
+    src = best_source(rep.points).drop_nulls("ts").sort("ts")
+    hits = src.with_row_index().filter(pl.col("usage") >= full)
+    if hits.is_empty():
+        return ""
+    first = hits.row(0, named=True)
+    before = src.slice(0, first["index"]).filter(pl.col("usage") < full / 2)
+    if before.is_empty():
+        return ""
+    low = before.row(before.height - 1, named=True)
+    seconds = (first["ts"] - low["ts"]).total_seconds()
+    return f"; usage went from {pct(low['usage'])} to {pct(first['usage'])} in {seconds:.0f} s"
+
+
+def _full_evidence(ctx: RuleContext, rep: _Replica) -> list[Evidence]:
+    """The most telling rows first: evidence is capped per finding."""
+    ev: list[Evidence] = []
+    scraped = rep.points.filter(pl.col("origin") == "metrics")
+    if (row := first_max(scraped, "usage")) is not None:
+        ev.append(usage_evidence(ctx, row))
+    hot_scraped = rep.hot.filter(pl.col("origin") == "metrics")
+    if (row := first_max(hot_scraped, "waiting")) is not None:
+        ev += [waiting_evidence(ctx, row), usage_evidence(ctx, row)]
+    hot_lines = rep.hot.filter(pl.col("origin") == "log")
+    for row in (
+        hot_lines.row(0, named=True) if hot_lines.height else None,
+        first_max(hot_lines, "waiting"),
+    ):
+        if row is not None:
+            value = f"{row['usage']:.1%} / {int(row['waiting'])} waiting"
+            ev.append(ctx.evidence(row, "kv_usage_with_waiting", value))
+    ev += list(rep.pre.evidence) + list(rep.pressure.evidence)
+    if hot_scraped.height:
+        ev.append(usage_evidence(ctx, hot_scraped.row(0, named=True)))
+    return ev
+
+
+def _not_full_reason(ctx: RuleContext, rep: _Replica) -> str:
+    min_w = ctx.threshold("min_waiting")
+    queued = rep.points.filter(pl.col("waiting") >= min_w)
+    if queued.height:
+        top = col_max(queued, "usage")
+        return (
+            f"waiting up to {rep.max_waiting} with KV usage at most {top:.0%} meanwhile: "
+            "not KV-bound"
+        )
+    shown = pct(rep.peak_usage)
+    return (
+        f"nothing waited and nothing was preempted (peak KV usage {shown})"
+        if not rep.pre.count
+        else f"{rep.pre.count} preemptions but KV usage peaked at {shown}"
+    )
+
+
+def _comparisons(ctx: RuleContext, rep: _Replica, multi: bool) -> Iterator[Comparison]:
+    tag = f" [{rep.name}]" if multi else ""
+    peak_row = first_max(rep.points, "usage")
+    src = [usage_evidence(ctx, peak_row)] if peak_row else []
+    yield ctx.compare(
+        f"peak KV usage{tag}",
+        ctx.threshold("usage_full"),
+        round(rep.peak_usage, 4),
+        "ratio",
+        src,
+        "expected: the level counted as full",
+    )
+    waiting_row = first_max(rep.points, "waiting")
+    waited = [waiting_evidence(ctx, waiting_row)] if waiting_row and waiting_row["w_path"] else []
+    yield ctx.compare(f"max waiting requests{tag}", 0, rep.max_waiting, "requests", waited)
+    yield ctx.compare(
+        f"preemptions{tag}",
+        0,
+        rep.pre.count,
+        "preemptions",
+        rep.pre.evidence,
+        f"from {rep.pre.source}" if rep.pre.source else "no preemption witness",
+    )
+    demand = rep.queued_demand
+    if demand is not None and rep.lens is not None:
+        yield ctx.compare(
+            f"peak demand (running + waiting) x (prompt + max_tokens){tag}",
+            demand.pool,
+            round(demand.total),
+            "tokens",
+            [rep.pool.source if rep.pool else None],
+            f"{rep.max_concurrent} requests x {fmt_tokens(rep.lens.peak)} tokens "
+            f"({rep.lens.source}); expected = usable pool",
+        )
+    scope = rep.name if multi else None
+    for metric, label in (("request_queue_time", "queue time"), ("time_to_first_token", "TTFT")):
+        for q in (0.95, 0.99):
+            value = histogram_quantile(ctx, metric, q, scope)
+            if value is not None:
+                yield ctx.compare(
+                    f"{label} p{q * 100:.0f}{tag}",
+                    None,
+                    round(value, 3),
+                    "s",
+                    [],
+                    "metrics histogram, over the whole window",
+                )

@@ -10,7 +10,16 @@ import polars as pl
 from kvdiag.analyzer.timeseries import counter_increase
 from kvdiag.rules.base import RuleContext
 
-__all__ = ["counter", "counter_increase", "first_max", "gauge", "histogram_mean"]
+__all__ = [
+    "counter",
+    "counter_increase",
+    "counter_total",
+    "first_max",
+    "gauge",
+    "histogram_mean",
+    "histogram_quantile",
+    "prefix_hit_rate",
+]
 
 _SAMPLE_COLS = "replica, engine, ts, value, reason, le, source_path, source_line, raw"
 
@@ -38,15 +47,21 @@ def counter(ctx: RuleContext, metric: str) -> pl.DataFrame:
     )
 
 
-def histogram_mean(ctx: RuleContext, metric: str) -> tuple[float, int] | None:
+def histogram_mean(
+    ctx: RuleContext, metric: str, replica: str | None = None
+) -> tuple[float, int] | None:
     """(mean, count) of a histogram at its last sample per series, or None."""
+    where, params = "metric = ? AND suffix IN ('sum', 'count')", [metric]
+    if replica is not None:
+        where += " AND replica = ?"
+        params.append(replica)
     frame = ctx.sql(
         "WITH last AS (SELECT replica, engine, suffix, arg_max(value, ts) AS v "
-        "FROM metric_samples WHERE metric = ? AND suffix IN ('sum', 'count') "
+        f"FROM metric_samples WHERE {where} "
         "GROUP BY replica, engine, suffix) "
         "SELECT sum(v) FILTER (WHERE suffix = 'sum') AS s, "
         "sum(v) FILTER (WHERE suffix = 'count') AS c FROM last",
-        [metric],
+        params,
     )
     s, c = frame.row(0) if frame.height else (None, None)
     if not c:
@@ -60,3 +75,87 @@ def first_max(frame: pl.DataFrame, column: str) -> dict[str, Any] | None:
         return None
     top = frame[column].max()
     return frame.filter(pl.col(column) == top).row(0, named=True)
+
+
+def counter_total(ctx: RuleContext, metric: str, replica: str | None = None) -> float | None:
+    """A counter's increase over the window (None when it was never scraped)."""
+    series = counter(ctx, metric)
+    if replica is not None and series.height:
+        series = series.filter(pl.col("replica") == replica)
+    return counter_increase(series) if series.height else None
+
+
+def histogram_quantile(
+    ctx: RuleContext, metric: str, q: float, replica: str | None = None
+) -> float | None:
+    """The q-quantile of a histogram over the window (Prometheus-style interpolation).
+
+    Buckets are cumulative counts since the process started; the window's distribution is
+    the last scrape minus the first (or the last alone when there is one scrape).
+    A minimal local version: the metrics helper is adding windowed quantiles to
+    kvdiag/analyzer/timeseries.py, and the lead unifies the two.
+    """
+    where, params = "metric = ? AND suffix = 'bucket'", [metric]
+    if replica is not None:
+        where += " AND replica = ?"
+        params.append(replica)
+    frame = ctx.sql(
+        "WITH b AS (SELECT replica, engine, le, ts, value FROM metric_samples "
+        f"WHERE {where}), ends AS (SELECT replica, engine, le, "
+        "arg_max(value, ts) AS last, arg_min(value, ts) AS first, count(*) AS n "
+        "FROM b GROUP BY replica, engine, le) "
+        "SELECT le, sum(CASE WHEN n > 1 THEN last - first ELSE last END) AS c "
+        "FROM ends GROUP BY le ORDER BY le",
+        params,
+    )
+    return _quantile(frame["le"].to_list(), frame["c"].to_list(), q) if frame.height else None
+
+
+def _quantile(bounds: list[float], cumulative: list[float], q: float) -> float | None:
+    total = cumulative[-1] if cumulative else 0
+    if not total:
+        return None
+    rank = q * total
+    prev_bound, prev_count = 0.0, 0.0
+    for bound, count in zip(bounds, cumulative, strict=True):
+        if count >= rank:
+            if bound == float("inf"):
+                return prev_bound  # the last finite bound is all Prometheus can say
+            span = count - prev_count
+            return prev_bound + (bound - prev_bound) * ((rank - prev_count) / span if span else 1)
+        prev_bound, prev_count = bound, count
+    return prev_bound
+
+
+def prefix_hit_rate(ctx: RuleContext, replica: str | None = None) -> float | None:
+    """Prefix-cache hits / queries over the window (tokens), else the stats lines' last rate."""
+    queries = counter_total(ctx, "prefix_cache_queries", replica)
+    hits = counter_total(ctx, "prefix_cache_hits", replica)
+    if queries:
+        return (hits or 0.0) / queries
+    rate = gauge(ctx, "prefix_cache_hit_rate")  # v0's own gauge (0.5.5-0.9.0)
+    if replica is not None and rate.height:
+        rate = rate.filter(pl.col("replica") == replica)
+    if rate.height:
+        return float(rate["value"][-1])
+    where, params = "prefix_hit_pct IS NOT NULL", []
+    if replica is not None:
+        where += " AND replica = ?"
+        params.append(replica)
+    frame = ctx.sql(
+        f"SELECT prefix_hit_pct FROM log_stats WHERE {where} "
+        "ORDER BY ts DESC NULLS LAST, source_line DESC LIMIT 1",
+        params,
+    )
+    return float(frame.item()) / 100 if frame.height else None
+
+
+def col_max(frame: pl.DataFrame, column: str, default: float = 0.0) -> float:
+    """The column's maximum as a float (`default` for an empty or all-null column)."""
+    value = frame[column].max() if frame.height else None
+    return float(value) if isinstance(value, int | float) else default
+
+
+def col_median(frame: pl.DataFrame, column: str, default: float = 0.0) -> float:
+    value = frame[column].median() if frame.height else None
+    return float(value) if isinstance(value, int | float) else default

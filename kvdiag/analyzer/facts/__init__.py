@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kvdiag.analyzer.facts.base import Facts
-from kvdiag.analyzer.facts.engine import engine_facts
+from kvdiag.analyzer.facts.engine import device_facts, engine_facts
 from kvdiag.analyzer.facts.gpu import gpu_memory_facts
 from kvdiag.analyzer.facts.kv import model_kv_facts, pool_completion_facts
 from kvdiag.analyzer.facts.load import load_facts, preemption_facts
@@ -21,6 +21,7 @@ from kvdiag.analyzer.store import StoreReader
 
 FINDERS: tuple[Callable[[StoreReader, Facts], None], ...] = (
     engine_facts,
+    device_facts,
     setting_facts,
     gpu_memory_facts,
     model_kv_facts,

@@ -35,6 +35,8 @@ def pool_facts(reader: StoreReader, facts: Facts) -> None:
             )
         )
         per_replica = [(r["replica"], Fact(int(r["value"]), "tokens", ref(r))) for r in cfg]
+    if not per_replica:
+        per_replica = _tokens_from_blocks(facts)
     if per_replica:
         facts["pool_tokens"] = scoped(per_replica)
     mml = first_per_replica(
@@ -47,6 +49,17 @@ def pool_facts(reader: StoreReader, facts: Facts) -> None:
         facts["max_model_len"] = scoped(
             [(r["replica"], Fact(int(r["max_model_len"]), "tokens", ref(r))) for r in mml]
         )
+
+
+def _tokens_from_blocks(facts: Facts) -> list[tuple[str, Fact]]:
+    """Before 0.33 cache_config_info has no kv_cache_size_tokens: blocks x block size."""
+    blocks, size = facts.get("pool_blocks"), facts.get("block_size")
+    if not (isinstance(blocks, Fact) and isinstance(size, Fact)):
+        return []
+    if not isinstance(blocks.value, int) or not isinstance(size.value, int):
+        return []
+    note = "num_gpu_blocks x block_size"
+    return [("", Fact(blocks.value * size.value, "tokens", blocks.source, note))]
 
 
 def bytes_per_token(reader: StoreReader, facts: Facts) -> None:

@@ -1,0 +1,266 @@
+"""KV302: requests wait while the KV pool has room; name what limits admission."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from kvdiag.analyzer.model import Evidence, Finding, IncidentClass, Remedy, RuledOut, Severity
+from kvdiag.rules.base import Rule, RuleContext, Threshold
+from kvdiag.rules.episodes import Episode, best_source, episodes
+from kvdiag.rules.load import (
+    load_points,
+    preemptions,
+    pressure,
+    usage_evidence,
+    waiting_evidence,
+)
+from kvdiag.rules.queries import col_max, gauge
+from kvdiag.rules.workload import Lengths, fmt_tokens, lengths, pct, pool
+
+
+@dataclass
+class _Limiter:
+    kind: str  # prefill-bound | max_num_seqs | queue cap | deferred | unknown
+    text: str
+    evidence: list[Evidence] = field(default_factory=list)
+    remedies: list[Remedy] = field(default_factory=list)
+
+
+class AdmissionLimited(Rule):
+    """Requests wait while the KV pool has room: something other than KV limits admission.
+
+    A queue episode (consecutive observations with `min_waiting` or more waiting) of at least
+    `min_points` observations whose median KV usage stays under `usage_room`, with no
+    preemption, is not KV-bound. The rule then names the limiter it can see: the per-step
+    token budget (prefill-bound: prompt throughput on a plateau, at least
+    `prompt_share` of all tokens processed), max_num_seqs (running pinned at the configured
+    cap), a queue cap (rejections, 429/503), deferred requests (`waiting_by_reason`), or
+    says it cannot tell (LoRA slots and other limits leave no trace in the inputs).
+    """
+
+    code = "KV302"
+    name = "peak.admission_limited"
+    layer = 3
+    severity = Severity.WARNING
+    implies = IncidentClass.ADMISSION_LIMITED
+    requires_any = ("metric_samples", "log_stats")
+    thresholds = (
+        Threshold("min_waiting", 1, "requests", "waiting requests that count as a queue"),
+        Threshold("min_points", 5, "observations", "a queue episode must last this many"),
+        Threshold("usage_room", 0.80, "ratio", "median KV usage under this leaves the pool room"),
+        Threshold(
+            "prompt_share", 0.90, "ratio", "prompt share of throughput that is prefill-bound"
+        ),
+        Threshold("plateau", 0.05, "ratio", "stats lines within this of the top throughput"),
+        Threshold("pinned", 0.80, "ratio", "share of a queue with running at its maximum: a cap"),
+    )
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding | RuledOut]:
+        points = load_points(ctx)
+        if points.is_empty():
+            return
+        replicas = sorted(points["replica"].unique().to_list())
+        for name in replicas:
+            multi = len(replicas) > 1
+            yield from self._replica(ctx, name, points.filter(pl.col("replica") == name), multi)
+
+    def _replica(
+        self, ctx: RuleContext, name: str, part: pl.DataFrame, multi: bool
+    ) -> Iterator[Finding | RuledOut]:
+        scope = name if multi else None
+        found = [
+            e
+            for e in episodes(best_source(part), ctx.threshold("min_waiting"))
+            if e.rows.height >= ctx.threshold("min_points")
+        ]
+        if not found:
+            if not col_max(part, "waiting"):
+                yield ctx.rule_out("no request waited")
+            return
+        roomy = [e for e in found if e.median_usage < ctx.threshold("usage_room")]
+        pre = preemptions(ctx, scope).count
+        if not roomy or pre:
+            top = max(e.median_usage for e in found)
+            why = f"{pre} preemptions" if pre else f"median KV usage {pct(top)} while queued"
+            yield ctx.rule_out(f"the queue coincided with a full pool ({why}): KV-bound")
+            return
+        worst = max(roomy, key=lambda e: e.max_waiting)
+        lens = lengths(ctx, scope)
+        limiter = _limiter(ctx, worst, part, lens, scope)
+        title = (
+            f"Requests waited while the KV pool had room: up to {worst.max_waiting} waiting with "
+            f"KV usage at most {pct(worst.peak_usage)} (median {pct(worst.median_usage)}); "
+            f"{limiter.kind}: {limiter.text}"
+        )
+        row = worst.row_of_max("waiting")
+        ev = [waiting_evidence(ctx, row), usage_evidence(ctx, worst.row_of_max("usage"))]
+        ev += limiter.evidence + _stats_line(ctx, worst, scope)
+        yield ctx.finding(title, ev, limiter.remedies, replica=name if multi else None)
+
+
+def _stats_line(ctx: RuleContext, ep: Episode, scope: str | None) -> list[Evidence]:
+    """The engine's own stats line with the deepest queue of the episode, as corroboration."""
+    where = "waiting > 0 AND ts BETWEEN ? AND ?" + (" AND replica = ?" if scope else "")
+    params: list[object] = [ep.start, ep.end] + ([scope] if scope else [])
+    lines = ctx.sql(
+        f"SELECT * FROM log_stats WHERE {where} ORDER BY waiting DESC, ts LIMIT 1", params
+    )
+    if lines.is_empty():
+        return []
+    row = lines.row(0, named=True)
+    value = f"{row['waiting']} waiting, {row['kv_usage_pct']}% KV"
+    return [ctx.evidence(row, "waiting_with_kv_usage", value)]
+
+
+def _limiter(
+    ctx: RuleContext, ep: Episode, part: pl.DataFrame, lens: Lengths | None, scope: str | None
+) -> _Limiter:
+    # The binding limit first: a queue cap or deferral is often a consequence of it.
+    for probe in (_max_num_seqs, _prefill_bound, _concurrency_cap, _deferred, _queue_cap):
+        found = probe(ctx, ep, lens, scope)
+        if found is not None:
+            return found
+    return _Limiter(
+        "limiter not identified",
+        "no max_num_seqs cap reached, no token-budget plateau, rejection or deferral in the "
+        "inputs (LoRA slots and scheduler policies leave no trace there)",
+    )
+
+
+def _deferred(
+    ctx: RuleContext, ep: Episode, lens: Lengths | None, scope: str | None
+) -> _Limiter | None:
+    rows = gauge(ctx, "num_requests_waiting_by_reason", reason="deferred")
+    if scope is not None and rows.height:
+        rows = rows.filter(pl.col("replica") == scope)
+    rows = rows.filter(pl.col("value") > 0)
+    if rows.is_empty():
+        return None
+    top = rows.sort("value", descending=True).row(0, named=True)
+    return _Limiter(
+        "deferred",
+        f"up to {int(top['value'])} requests waited with reason=deferred (held back by a "
+        "transient constraint: LoRA budget, KV transfer or blocked status, not by capacity)",
+        [ctx.evidence(top, "num_requests_waiting_by_reason{deferred}", top["value"])],
+    )
+
+
+def _queue_cap(
+    ctx: RuleContext, ep: Episode, lens: Lengths | None, scope: str | None
+) -> _Limiter | None:
+    seen = pressure(ctx, scope)
+    if not seen.rejected:
+        return None
+    return _Limiter(
+        "queue cap",
+        f"{seen.rejected} requests were rejected (admission rejections, 429/503) "
+        "while the pool had room: a queue or concurrency cap turned them away",
+        [e for e in seen.evidence if e.what == "http_status"],
+        [Remedy("raise the queue cap, or add replicas", "the KV pool had room for more")],
+    )
+
+
+def _max_num_seqs(
+    ctx: RuleContext, ep: Episode, lens: Lengths | None, scope: str | None
+) -> _Limiter | None:
+    cap_row = ctx.config("max_num_seqs", scope)
+    if cap_row is None:
+        return None
+    cap = int(float(cap_row["value"]))
+    if ep.max_running < cap:
+        return None
+    remedies = []
+    size = pool(ctx, scope)
+    if size is not None and lens is not None:
+        fit = size.fit(lens.peak)
+        if fit > cap:
+            remedies.append(
+                Remedy(
+                    f"--max-num-seqs {fit}",
+                    f"the pool holds {fit} requests of {fmt_tokens(lens.peak)} tokens "
+                    f"(prompt + max_tokens); {cap} leaves the rest of it idle",
+                )
+            )
+    return _Limiter(
+        "max_num_seqs",
+        f"running requests pinned at max_num_seqs = {cap} while the pool had room",
+        [ctx.evidence(cap_row, "max_num_seqs", cap)],
+        remedies,
+    )
+
+
+def _concurrency_cap(
+    ctx: RuleContext, ep: Episode, lens: Lengths | None, scope: str | None
+) -> _Limiter | None:
+    """Running held at one level for most of the queue: a cap, even when no config says which."""
+    top = ep.max_running
+    pinned = ep.rows.filter(pl.col("running") == top).height
+    if top < 2 or pinned < ctx.threshold("pinned") * ep.rows.height:
+        return None
+    remedies = []
+    size = pool(ctx, scope)
+    if size is not None and lens is not None and size.fit(lens.peak) > top:
+        fit = size.fit(lens.peak)
+        remedies.append(
+            Remedy(
+                f"--max-num-seqs {fit} (if that is the cap)",
+                f"the pool holds {fit} requests of {fmt_tokens(lens.peak)} tokens "
+                f"(prompt + max_tokens); {top} running leaves the rest of it idle",
+            )
+        )
+    row = ep.row_of_max("running")
+    src = {"source_path": row["source_path"], "source_line": row["source_line"], "raw": row["raw"]}
+    return _Limiter(
+        "concurrency cap",
+        f"running requests held at {top} in {pinned} of {ep.rows.height} observations while "
+        "the pool had room: max_num_seqs (not in the inputs) or a LoRA slot limit",
+        [ctx.evidence(src | {"ts": row["ts"]}, "kv_cache_usage_at_cap", round(row["usage"], 4))],
+        remedies,
+    )
+
+
+def _prefill_bound(
+    ctx: RuleContext, ep: Episode, lens: Lengths | None, scope: str | None
+) -> _Limiter | None:
+    where = "prompt_tps IS NOT NULL AND ts BETWEEN ? AND ?"
+    params: list[object] = [ep.start, ep.end]
+    if scope is not None:
+        where += " AND replica = ?"
+        params.append(scope)
+    lines = ctx.sql(f"SELECT * FROM log_stats WHERE {where} ORDER BY ts, source_line", params)
+    if lines.height < 3:
+        return None
+    top = col_max(lines, "prompt_tps")
+    gen = col_max(lines, "gen_tps")
+    near = lines.filter(pl.col("prompt_tps") >= top * (1 - ctx.threshold("plateau")))
+    share = top / (top + gen) if top + gen else 0.0
+    if top <= 0 or share < ctx.threshold("prompt_share") or near.height * 2 < lines.height:
+        return None
+    text = (
+        f"prompt throughput on a plateau at {top:,.0f} tokens/s ({near.height} of {lines.height} "
+        f"stats lines within {ctx.threshold('plateau'):.0%} of it) against {gen:,.1f} tokens/s "
+        "generated: the per-step token budget is spent on prefill"
+    )
+    remedies = [
+        Remedy(
+            "raise --max-num-batched-tokens (only where compute is idle) or add replicas",
+            f"prefill runs at {top:,.0f} tokens/s; more KV does not shorten this queue",
+        )
+    ]
+    if lens is not None and lens.prompt:
+        rate = top / lens.prompt
+        text += f"; with {fmt_tokens(lens.prompt)}-token prompts that is {rate:.2f} requests/s"
+        remedies.append(
+            Remedy(
+                "cut prompt tokens: enable prefix caching for shared prefixes, cap prompt length",
+                f"each request costs {fmt_tokens(lens.prompt)} prompt tokens of prefill; "
+                f"halving it doubles the {rate:.2f} requests/s this engine admits",
+            )
+        )
+    row = near.row(0, named=True)
+    return _Limiter(
+        "prefill-bound", text, [ctx.evidence(row, "prompt_tps", row["prompt_tps"])], remedies
+    )

@@ -1,0 +1,186 @@
+"""The load picture layer-3 rules share: KV usage, waiting and running over time.
+
+One frame, one row per observation, from the /metrics scrapes (1 s apart in the real runs)
+and from the engine's stats lines (10 s apart, and the only witness when nothing was
+scraped). Each row keeps the provenance of its usage sample and of its waiting sample so
+findings can cite the exact lines. Usage is a ratio (0..1) from both sources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from kvdiag.analyzer.model import Evidence
+from kvdiag.rules.base import RuleContext
+from kvdiag.rules.queries import counter, counter_increase, counter_total, gauge
+
+_KEY = ["replica", "engine", "ts"]
+_PROV = ["source_path", "source_line", "raw"]
+
+
+def _metric_points(ctx: RuleContext) -> pl.DataFrame:
+    usage = gauge(ctx, "kv_cache_usage")
+    if usage.is_empty():
+        return pl.DataFrame()
+    frame = usage.select([*_KEY, pl.col("value").alias("usage"), *_PROV])
+    for metric, col, prefix in (
+        ("num_requests_waiting", "waiting", "w_"),
+        ("num_requests_running", "running", "r_"),
+    ):
+        other = gauge(ctx, metric)
+        if other.is_empty():
+            frame = frame.with_columns(pl.lit(None, pl.Float64).alias(col))
+            if prefix == "w_":
+                frame = frame.with_columns(
+                    pl.lit(None, pl.String).alias("w_path"),
+                    pl.lit(None, pl.Int64).alias("w_line"),
+                    pl.lit(None, pl.String).alias("w_raw"),
+                )
+            continue
+        picked = other.select(
+            [
+                *_KEY,
+                pl.col("value").alias(col),
+                pl.col("source_path").alias(f"{prefix}path"),
+                pl.col("source_line").alias(f"{prefix}line"),
+                pl.col("raw").alias(f"{prefix}raw"),
+            ]
+        ).unique(subset=_KEY, keep="first", maintain_order=True)
+        frame = frame.join(picked, on=_KEY, how="left", nulls_equal=True)
+    frame = frame.drop([c for c in frame.columns if c.startswith("r_")])
+    return frame.with_columns(pl.lit("metrics").alias("origin")).drop("engine")
+
+
+def _log_points(ctx: RuleContext) -> pl.DataFrame:
+    stats = ctx.sql(
+        "SELECT replica, ts, kv_usage_pct / 100.0 AS usage, CAST(waiting AS DOUBLE) AS waiting, "
+        "CAST(running AS DOUBLE) AS running, source_path, source_line, raw, "
+        "source_path AS w_path, source_line AS w_line, raw AS w_raw, 'log' AS origin "
+        "FROM log_stats WHERE kv_usage_pct IS NOT NULL "
+        "ORDER BY replica, ts NULLS FIRST, source_path, source_line"
+    )
+    return stats
+
+
+COLUMNS = [
+    "replica",
+    "ts",
+    "usage",
+    "waiting",
+    "running",
+    *_PROV,
+    "w_path",
+    "w_line",
+    "w_raw",
+    "origin",
+]
+
+
+def load_points(ctx: RuleContext) -> pl.DataFrame:
+    """Usage, waiting and running points from every source, metrics first."""
+    parts = [p.select(COLUMNS) for p in (_metric_points(ctx), _log_points(ctx)) if p.height]
+    if not parts:
+        return pl.DataFrame()
+    return pl.concat(parts, how="vertical_relaxed")
+
+
+def usage_evidence(ctx: RuleContext, row: dict[str, Any], what: str = "kv_cache_usage") -> Evidence:
+    return ctx.evidence(row, what, round(float(row["usage"]), 4))
+
+
+def waiting_evidence(ctx: RuleContext, row: dict[str, Any]) -> Evidence:
+    src = {"source_path": row["w_path"], "source_line": row["w_line"], "raw": row["w_raw"]}
+    src["ts"] = row["ts"]
+    value = row["waiting"]
+    return ctx.evidence(src, "num_requests_waiting", int(value) if value is not None else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Preemptions:
+    count: int
+    evidence: tuple[Evidence, ...]
+    source: str  # "counter" | "stats lines" | "v0 warnings" | ""
+
+
+def preemptions(ctx: RuleContext, replica: str | None = None) -> Preemptions:
+    """Preemptions in the window from the best witness: counter, stats lines, v0 warnings."""
+    series = counter(ctx, "num_preemptions")
+    if replica is not None and series.height:
+        series = series.filter(pl.col("replica") == replica)
+    if series.height:
+        total = int(counter_increase(series))
+        last = series.row(series.height - 1, named=True)
+        return Preemptions(
+            total, (ctx.evidence(last, "num_preemptions_total", last["value"]),), "counter"
+        )
+    where = "preemptions IS NOT NULL AND preemptions > 0"
+    params: list[Any] = []
+    if replica is not None:
+        where += " AND replica = ?"
+        params.append(replica)
+    rows = ctx.sql(f"SELECT * FROM log_stats WHERE {where} ORDER BY ts, source_line", params)
+    if rows.height:
+        ev = tuple(
+            ctx.evidence(r, "preemptions_in_interval", r["preemptions"])
+            for r in rows.head(3).to_dicts()
+        )
+        return Preemptions(int(rows["preemptions"].sum()), ev, "stats lines")
+    return _event_preemptions(ctx, replica)
+
+
+def _event_preemptions(ctx: RuleContext, replica: str | None) -> Preemptions:
+    where, params = ("WHERE replica = ?", [replica]) if replica is not None else ("", [])
+    rows = ctx.sql(f"SELECT * FROM log_preemptions {where} ORDER BY ts, source_line", params)
+    if rows.is_empty():
+        return Preemptions(0, (), "")
+    if rows["cumulative"].drop_nulls().len():
+        # v0 prints the 1st, 51st, 101st ... preemption: keep its count, not the line count.
+        top = rows.sort("cumulative", descending=True, nulls_last=True).row(0, named=True)
+        count = int(top["cumulative"])
+        top_ev = ctx.evidence(top, "total_num_cumulative_preemption", count)
+        return Preemptions(count, (top_ev,), "v0 warnings")
+    # SGLang retractions state how many requests each event affected.
+    count = int(rows["count"].fill_null(1).sum())
+    ev = tuple(ctx.evidence(r, "retracted_requests", r["count"]) for r in rows.head(3).to_dicts())
+    return Preemptions(count, ev, "retraction lines")
+
+
+@dataclass(frozen=True, slots=True)
+class Pressure:
+    """What an engine does when the pool or the queue cannot take more: swap and reject."""
+
+    swapped: int  # most requests swapped to CPU at once (v0)
+    rejected: int  # 429/503 responses and admission rejections
+    evidence: tuple[Evidence, ...]
+
+
+def pressure(ctx: RuleContext, replica: str | None = None) -> Pressure:
+    and_replica = " AND replica = ?" if replica is not None else ""
+    params: list[Any] = [replica] if replica is not None else []
+    ev: list[Evidence] = []
+    swapped = 0
+    lines = ctx.sql(
+        f"SELECT * FROM log_stats WHERE swapped > 0{and_replica} ORDER BY swapped DESC LIMIT 1",
+        params,
+    )
+    if lines.height:
+        row = lines.row(0, named=True)
+        swapped = int(row["swapped"])
+        ev.append(ctx.evidence(row, "swapped", swapped))
+    gauge_rows = gauge(ctx, "num_requests_swapped").filter(pl.col("value") > 0)
+    if replica is not None and gauge_rows.height:
+        gauge_rows = gauge_rows.filter(pl.col("replica") == replica)
+    if gauge_rows.height:
+        row = gauge_rows.sort("value", descending=True).row(0, named=True)
+        swapped = max(swapped, int(row["value"]))
+        ev.append(ctx.evidence(row, "num_requests_swapped", row["value"]))
+    http = ctx.sql(
+        f"SELECT * FROM log_http WHERE status IN (429, 503){and_replica} ORDER BY ts, source_line",
+        params,
+    )
+    ev += [ctx.evidence(r, "http_status", r["status"]) for r in http.head(2).to_dicts()]
+    rejected = http.height + int(counter_total(ctx, "admission_rejections", replica) or 0)
+    return Pressure(swapped, rejected, tuple(ev))

@@ -1,0 +1,104 @@
+"""Priced remedies for a pool that cannot hold the peak (shared by the layer-3 rules)."""
+
+from __future__ import annotations
+
+import math
+
+from kvdiag.analyzer.model import Remedy
+from kvdiag.rules.base import RuleContext
+from kvdiag.rules.demand import slots
+from kvdiag.rules.ledger import MIB
+from kvdiag.rules.workload import Lengths, Pool, fmt_tokens
+
+
+def saturation_remedies(
+    ctx: RuleContext,
+    lens: Lengths | None,
+    pool: Pool | None,
+    max_running: int,
+    max_concurrent: int,
+) -> list[Remedy]:
+    """max_num_seqs that fits, replicas for the peak, fp8 KV, and a bigger pool, priced."""
+    out: list[Remedy] = []
+    if lens is not None and pool is not None:
+        out += _fit_remedies(lens, pool, max_running, max_concurrent)
+        out += _pool_remedies(ctx, lens, pool, max_concurrent)
+    out.append(
+        Remedy(
+            "cap max_model_len and max_tokens; route long and short traffic apart",
+            "plan from the longest allowed request, not the average: one long request holds "
+            "the blocks of many short ones",
+        )
+    )
+    return out
+
+
+def _fit_remedies(lens: Lengths, pool: Pool, max_running: int, max_concurrent: int) -> list[Remedy]:
+    per = lens.peak
+    fit = max(1, pool.fit(per))
+    blocks = (
+        f" ({slots(per, pool.block_size) / pool.block_size:.0f} blocks of {pool.block_size})"
+        if pool.block_size
+        else ""
+    )
+    grow = "max_tokens" if lens.max_tokens else "what they generated"
+    out = [
+        Remedy(
+            f"--max-num-seqs {fit}",
+            f"the pool holds {fmt_tokens(pool.usable)} usable tokens; a request grows to "
+            f"{fmt_tokens(lens.prompt)} prompt + {fmt_tokens(per - lens.prompt)} ({grow}) = "
+            f"{fmt_tokens(per)} tokens{blocks}, so {fit} fit without preemption "
+            f"(up to {max_running} ran at once)",
+        )
+    ]
+    if max_concurrent > fit:
+        replicas = math.ceil(max_concurrent / fit)
+        out.append(
+            Remedy(
+                f"serve the peak with {replicas} replicas of this pool (data parallel)",
+                f"peak demand {max_concurrent} requests x {fmt_tokens(per)} tokens = "
+                f"{fmt_tokens(max_concurrent * per)} tokens, "
+                f"{max_concurrent * per / pool.usable:.1f}x the pool",
+            )
+        )
+    return out
+
+
+def _pool_remedies(
+    ctx: RuleContext, lens: Lengths, pool: Pool, max_concurrent: int
+) -> list[Remedy]:
+    out: list[Remedy] = []
+    dtype = str(ctx.fact_value("kv_cache_dtype") or "auto")
+    if "fp8" not in dtype and "int8" not in dtype:
+        per = lens.p95_total or lens.peak
+        now, then = pool.fit(per), int((2 * pool.usable) // slots(per, pool.block_size))
+        which = "p95" if lens.p95_total else "mean"
+        out.append(
+            Remedy(
+                "--kv-cache-dtype fp8 (if the model tolerates it)",
+                f"halves bytes per token: the same memory holds {fmt_tokens(2 * pool.tokens)} "
+                f"tokens instead of {fmt_tokens(pool.tokens)}, {then} requests at the {which} "
+                f"length ({fmt_tokens(per)} tokens) instead of {now}",
+            )
+        )
+    per_token = ctx.fact_value("kv_bytes_per_token")
+    explicit = ctx.config("kv_cache_memory_bytes")
+    if per_token and explicit is not None and max_concurrent:
+        need_tokens = max_concurrent * slots(lens.peak, pool.block_size) + (pool.block_size or 0)
+        need = need_tokens * float(per_token)
+        out.append(
+            Remedy(
+                f"--kv-cache-memory-bytes {math.ceil(need / MIB)}M",
+                f"the pool was set explicitly to {float(explicit['value']) / MIB:,.1f} MiB; "
+                f"{max_concurrent} requests x {fmt_tokens(lens.peak)} tokens at {per_token:,} "
+                f"bytes per token need {need / MIB:,.1f} MiB",
+            )
+        )
+    else:
+        out.append(
+            Remedy(
+                "grow the pool: raise --gpu-memory-utilization or --kv-cache-memory-bytes",
+                "only where the card has free memory the pool cannot reach (see layer 1)",
+            )
+        )
+    return out
