@@ -89,16 +89,19 @@ def discover(root: Path) -> Discovery:
     for path in _walk(root):
         rel = path.relative_to(base).as_posix()
         size = path.stat().st_size
-        ingester, why = classify_file(rel, read_head(path, _HEAD_BYTES) if size else b"")
+        head = read_head(path, _HEAD_BYTES) if size else b""
+        ingester, why = classify_file(rel, head)
         if ingester is None:
             status = "skipped" if why in ("empty file", "binary content") else "unrecognised"
             set_aside.append(InputRecord(rel, "unknown", status, why, size))
             continue
         key = ingester.series_key(rel) or rel
         groups[(ingester.kind, key)].append((path, rel))
-        hint = ingester.time_hint(rel)
+        hint, source = ingester.time_hint(rel), "scrape file names"
+        if hint is None:
+            hint, source = ingester.content_time_hint(_decode_head(head)), f"times in {rel}"
         if hint is not None and (anchor is None or hint < anchor):
-            anchor, anchor_source = hint, "scrape file names"
+            anchor, anchor_source = hint, source
     replica_dirs = _replica_dirs(groups)
     units = tuple(
         _unit(kind, key, members, replica_dirs) for (kind, key), members in sorted(groups.items())

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from kvdiag.analyzer.ingest.base import Ingester
+from kvdiag.analyzer.ingest.grafana_csv import GrafanaCsvIngester
+from kvdiag.analyzer.ingest.prom_api import PromApiIngester
 from kvdiag.analyzer.ingest.prom_text import PromTextIngester
+from kvdiag.analyzer.ingest.scrape_log import ScrapeLogIngester
 from kvdiag.analyzer.ingest.vllm_log import VllmLogIngester
 
 INGESTERS: tuple[type[Ingester], ...] = (
     VllmLogIngester,
     PromTextIngester,
+    ScrapeLogIngester,
+    PromApiIngester,
+    GrafanaCsvIngester,
 )
 
 INGESTERS_BY_KIND: dict[str, type[Ingester]] = {i.kind: i for i in INGESTERS}
