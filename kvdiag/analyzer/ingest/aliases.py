@@ -46,6 +46,7 @@ class AliasTable:
                     out.setdefault(family + suffix, (m.canonical, suffix.lstrip("_")))
         return out
 
+    @cache  # noqa: B019 - the table is immutable and loaded once
     def lookup_frame(self) -> pl.DataFrame:
         """The lookup map as a frame: name, metric, suffix, type (for joins)."""
         types = {m.canonical: m.type for m in self.metrics}

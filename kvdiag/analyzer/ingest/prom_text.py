@@ -68,7 +68,7 @@ class PromTextIngester(Ingester):
     @classmethod
     def series_key(cls, rel: str) -> str | None:
         folder, _, name = rel.rpartition("/")
-        return folder if SCRAPE_NAME.match(name) else None
+        return (folder or ".") if SCRAPE_NAME.match(name) else None
 
     @classmethod
     def time_hint(cls, rel: str) -> datetime | None:
@@ -172,10 +172,12 @@ def _scrape_rows(
         .group_by("scrape")
         .agg(pl.len().cast(pl.Int64).alias("samples"))
     )
-    rows = starts.join(counts, on="scrape", how="left").filter(
-        (pl.col("samples") > 0) | (pl.col("prio") == 0)
-    )
-    return batch.locate(rows).select(
+    rows = batch.locate(starts.join(counts, on="scrape", how="left"))
+    # A scrape is a file, a marker, or a stretch after # EOF that holds samples; a file
+    # without samples (HELP lines only) is still one scrape.
+    alone = pl.len().over("f") == 1
+    rows = rows.filter((pl.col("samples") > 0) | (pl.col("prio") == 0) | alone)
+    return rows.select(
         "source_path",
         "source_line",
         pl.col("text").alias("raw"),
