@@ -50,7 +50,7 @@ class GrafanaCsvIngester(Ingester):
 
     @classmethod
     def sniff(cls, name: str, head: str) -> int:
-        lines = [line for line in head.splitlines() if line.strip()][:2]
+        lines = [line for line in head[:4096].splitlines() if line.strip()][:2]
         if lines and _EXCEL_SEP.match(lines[0]):
             lines = lines[1:]
         return 80 if lines and _HEADER.match(lines[0]) else 0

@@ -2,7 +2,8 @@
 
 An ingester (exposition text, Prometheus API JSON, Grafana CSV) brings a frame of samples
 with provenance and a `head` (`name{labels}` as exposition text); `SampleBuilder` resolves
-the heads through the alias table once per distinct head and shapes three tables:
+the heads through the alias table once per distinct head (the exposition parser resolves
+them itself, per distinct line, and calls `shape`) and shapes three tables:
 metric_samples, config (the labels of vllm:cache_config_info) and gpu_snapshots
 (dcgm-exporter's framebuffer gauges).
 """
@@ -52,15 +53,23 @@ class SampleBuilder:
         """`samples`: source_path, source_line, raw, ts, head, value, and optionally `scrape`
         (an id that tells scrapes apart when their time is unknown)."""
         heads, pairs = parse_heads(samples["head"], self.aliases)
-        joined = samples.join(heads, on="head", how="inner", maintain_order="left").with_columns(
+        joined = samples.join(heads, on="head", how="inner", maintain_order="left")
+        all_heads = samples["head"].unique(maintain_order=True)
+        unknown = all_heads.filter(~all_heads.is_in(heads["head"].implode()))
+        return self.shape(joined, pairs, unknown)
+
+    def shape(
+        self, joined: pl.DataFrame, pairs: pl.DataFrame, unknown_heads: pl.Series | None = None
+    ) -> Resolved:
+        """Store rows from samples whose heads are already resolved (parse_heads' columns)."""
+        joined = joined.with_columns(
             pl.coalesce(pl.col("label_instance"), pl.lit(self.replica)).alias("replica")
         )
-        all_heads = samples["head"].unique(maintain_order=True)
         return Resolved(
             _metric_rows(joined),
             self._config_rows(joined, pairs),
             _gpu_rows(joined, self.replica),
-            all_heads.filter(~all_heads.is_in(heads["head"].implode())),
+            unknown_heads if unknown_heads is not None else pl.Series("head", [], pl.String),
         )
 
     def _config_rows(self, joined: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:

@@ -42,6 +42,8 @@ CANONICAL_RE = rf"^{_NAME}(?:{_LABELS})? {_FLOAT}(?: {_TS})?$"
 _TAIL_RE = r"^[ \t]+([^ \t]+)(?:[ \t]+([^ \t#]+))?"
 LABEL_PAIR = r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"'
 
+KIND = pl.Enum(["comment", "mark", "sample", "known", "blank", "bare", "bad", "garbled"])
+
 # Label columns pulled out of the label set for every stored sample.
 LABEL_COLUMNS = ("instance", "engine", "tp_rank", "model_name", "name", "le", "reason")
 _PROM_ESCAPES = (["\\\\", '\\"', "\\n"], ["\\", '"', "\n"])
@@ -53,7 +55,8 @@ _JSON_TO = ["\\\\", '\\"', *(f"\\u{c:04x}" for c in range(32))]
 class ParsedLines:
     """One batch of exposition lines, parsed and accounted for."""
 
-    samples: pl.DataFrame  # rows of known metrics: row, text, head, value, sample_ts
+    samples: pl.DataFrame  # known metrics: row, text, value, sample_ts, parse_heads' columns
+    pairs: pl.DataFrame  # head, key, value: the labels of those samples
     sample_rows: pl.Series  # row of every valid sample line (known metric or not)
     boundaries: pl.DataFrame  # row, ts, text: marker lines, and the line after each # EOF
     unmatched: pl.DataFrame  # row, text: lines no shape accepts
@@ -62,48 +65,106 @@ class ParsedLines:
 
 
 def parse_lines(lines: pl.DataFrame, aliases: AliasTable) -> ParsedLines:
-    """Classify every line of `lines` (row, text) and split the known-metric samples."""
+    """Classify every line of `lines` (row, text) and split the known-metric samples.
+
+    Scrapes repeat themselves: most lines of a series (HELP, TYPE, unchanged samples)
+    occur in many files. Lines are therefore classified and split once per distinct text
+    and joined back to their rows.
+    """
+    # Lines are keyed by a 64-bit hash of their text, which is cheaper to group and join
+    # than the text itself; two distinct lines of a batch sharing a hash is a ~1e-8 event
+    # even at a million distinct lines.
+    keyed = lines.with_columns(pl.col("text").hash().alias("_h"))
+    distinct = keyed.unique(subset="_h").select("_h", "text")
+    classified = _classify(distinct, aliases)
+    known = classified.filter(pl.col("kind") == "known")
+    heads, pairs = parse_heads(known["head"], aliases)
+    # A line the cheap prefilter let through but the alias table does not know is a
+    # valid sample of another metric.
+    known = known.join(heads, on="head", how="left")
+    classified = classified.join(
+        known.filter(pl.col("metric").is_null()).select("_h", pl.lit(True).alias("_other")),
+        on="_h",
+        how="left",
+    ).with_columns(
+        pl.when(pl.col("_other")).then(pl.lit("sample", KIND)).otherwise("kind").alias("kind")
+    )
+    # Per line only the kind travels (a small integer); text and parsed columns are
+    # attached to the few rows that need them.
+    kinds = keyed.select("row", "_h").join(
+        classified.select("_h", "kind"), on="_h", how="left", maintain_order="left"
+    )
+    kind = pl.col("kind")
+    samples = (
+        kinds.filter(kind == "known")
+        .select("row", "_h")
+        .join(known.filter(pl.col("metric").is_not_null()), on="_h", maintain_order="left")
+    )
+    unmatched = _with_text(kinds.filter(kind.is_in(["bad", "garbled"])), lines)
+    return ParsedLines(
+        samples=samples.drop("_h", "kind"),
+        pairs=pairs,
+        sample_rows=kinds.filter(kind.is_in(["known", "sample"]))["row"],
+        boundaries=_boundaries(_with_text(kinds.filter(kind.is_in(["mark", "bare"])), lines)),
+        unmatched=unmatched.filter(kind == "bad").select("row", "text"),
+        parsed=lines.height - unmatched.height,
+        undecodable=unmatched.filter(kind == "garbled").height,
+    )
+
+
+def _with_text(rows: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
+    """Attach each row's text (rows of a batch are numbered from 0 in order)."""
+    return rows.with_columns(lines["text"].gather(rows["row"]).alias("text"))
+
+
+def _classify(distinct: pl.DataFrame, aliases: AliasTable) -> pl.DataFrame:
+    """Kind of each distinct line, and head, value and timestamp of known-metric samples.
+
+    kind: comment | mark (marker or # EOF) | sample (valid, unknown metric) | known |
+    blank | bare (a line that is only a time) | bad | garbled (bad, with invalid UTF-8).
+    """
     text = pl.col("text")
-    # One pass of cheap tests over every line (polars runs them in parallel); the
-    # patterns fail at the first character of lines they are not about.
-    flags = lines.with_columns(
+    # Cheap tests over every line (polars runs them in parallel); the patterns fail at
+    # the first character of the lines they are not about.
+    flags = distinct.with_columns(
         text.str.starts_with("#").alias("comment"),
         text.str.contains(CANONICAL_RE).alias("canonical"),
         text.str.contains(aliases.line_prefilter()).alias("known"),
-        text.str.contains(f"{MARKER_RE}|{EOF_RE}").alias("mark"),
     )
     # Only lines not written the canonical way need the full grammar.
-    odd = flags.filter(~pl.col("comment") & ~pl.col("canonical")).with_columns(
-        text.str.contains(SAMPLE_RE).alias("ok")
+    ok = pl.col("canonical") | (~pl.col("comment") & text.str.contains(SAMPLE_RE))
+    kind = (
+        pl.when(pl.col("comment") & text.str.contains(f"{MARKER_RE}|{EOF_RE}"))
+        .then(pl.lit("mark"))
+        .when(pl.col("comment"))
+        .then(pl.lit("comment"))
+        .when(ok & pl.col("known"))
+        .then(pl.lit("known"))
+        .when(ok)
+        .then(pl.lit("sample"))
+        .when(text.str.contains(r"^[ \t]*$"))
+        .then(pl.lit("blank"))
+        .when(text.str.contains(BARE_TIME_RE))
+        .then(pl.lit("bare"))
+        .when(text.str.contains("\ufffd", literal=True))
+        .then(pl.lit("garbled"))
+        .otherwise(pl.lit("bad"))
     )
-    rest = odd.filter(~pl.col("ok")).select("row", "text")
-    bare_time = text.str.contains(BARE_TIME_RE)
-    unmatched = rest.filter(~text.str.contains(r"^[ \t]*$") & ~bare_time)
-    garbled = text.str.contains("\ufffd", literal=True)
-    return ParsedLines(
-        samples=_known_samples(flags, odd),
-        sample_rows=pl.concat(
-            [flags.filter(pl.col("canonical"))["row"], odd.filter(pl.col("ok"))["row"]]
-        ).sort(),
-        boundaries=_boundaries(flags.filter(pl.col("mark")), rest.filter(bare_time)),
-        unmatched=unmatched.filter(~garbled),
-        parsed=lines.height - unmatched.height,
-        undecodable=unmatched.filter(garbled).height,
+    flags = flags.with_columns(kind.cast(KIND).alias("kind"))
+    known = flags.filter(pl.col("kind") == "known")
+    split = pl.concat(
+        [
+            _split_canonical(known.filter(pl.col("canonical"))),
+            _split_general(known.filter(~pl.col("canonical"))),
+        ]
     )
+    return flags.drop("comment", "canonical", "known").join(split, on="text", how="left")
 
 
-def _known_samples(flags: pl.DataFrame, odd: pl.DataFrame) -> pl.DataFrame:
-    samples = _split_canonical(flags.filter(pl.col("canonical") & pl.col("known")))
-    general = odd.filter(pl.col("ok") & pl.col("known"))
-    if general.is_empty():
-        return samples
-    return pl.concat([samples, _split_general(general)]).sort("row")
-
-
-def _boundaries(marks: pl.DataFrame, bare: pl.DataFrame) -> pl.DataFrame:
+def _boundaries(marks: pl.DataFrame) -> pl.DataFrame:
     """Scrape starts inside a file: marker lines (with their time) and lines after # EOF."""
     is_eof = pl.col("text").str.contains(EOF_RE)
-    markers = pl.concat([marks.filter(~is_eof).select("row", "text"), bare]).select(
+    markers = marks.filter(~is_eof).select(
         "row",
         text_to_utc(
             pl.coalesce(
@@ -129,23 +190,18 @@ def _split_canonical(lines: pl.DataFrame) -> pl.DataFrame:
     with `}` (labels) or is the first token (no labels), there is no timestamp.
     """
     tokens = pl.col("text").str.split(" ")
-    frame = lines.select("row", "text", tokens.alias("_tok")).with_columns(
+    frame = lines.select("text", tokens.alias("_tok")).with_columns(
         pl.col("_tok").list.get(-1, null_on_oob=True).alias("_last"),
         pl.col("_tok").list.get(-2, null_on_oob=True).alias("_prev"),
         pl.col("_tok").list.len().alias("_n"),
     )
     has_ts = (pl.col("_n") >= 3) & ~pl.col("_prev").str.ends_with("}")
-    frame = frame.with_columns(has_ts.alias("_has_ts"))
-    has_ts = pl.col("_has_ts")
     tail_len = (
         pl.col("_last").str.len_chars()
         + 1
         + pl.when(has_ts).then(pl.col("_prev").str.len_chars() + 1).otherwise(0)
     )
-    # Most scrapes carry no timestamps: skip the conversion when none does.
-    stamped = frame["_has_ts"].any()
     return frame.select(
-        "row",
         "text",
         pl.col("text").str.head(pl.col("text").str.len_chars() - tail_len).alias("head"),
         pl.when(has_ts)
@@ -153,24 +209,20 @@ def _split_canonical(lines: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.col("_last"))
         .cast(pl.Float64, strict=False)
         .alias("value"),
-        epoch_to_utc(pl.when(has_ts).then(pl.col("_last"))).alias("sample_ts")
-        if stamped
-        else pl.lit(None, pl.Datetime("us")).alias("sample_ts"),
+        epoch_to_utc(pl.when(has_ts).then(pl.col("_last"))).alias("sample_ts"),
     )
 
 
 def _split_general(lines: pl.DataFrame) -> pl.DataFrame:
     """head, value and timestamp of any valid line (tabs, exemplars ...), by regex."""
     tail = pl.col("text").str.replace(HEAD_RE, "")
-    frame = lines.select("row", "text", tail.alias("_tail"))
+    frame = lines.select("text", tail.alias("_tail"))
     head_len = pl.col("text").str.len_chars() - pl.col("_tail").str.len_chars()
     return frame.select(
-        "row",
         "text",
         pl.col("text").str.head(head_len).alias("head"),
         pl.col("_tail").str.extract_groups(_TAIL_RE).alias("_g"),
     ).select(
-        "row",
         "text",
         "head",
         pl.col("_g").struct.field("1").cast(pl.Float64, strict=False).alias("value"),

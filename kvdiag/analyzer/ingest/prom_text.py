@@ -101,7 +101,7 @@ class PromTextIngester(Ingester):
             tally.undecodable += parsed.undecodable
             templates.add(batch.locate(parsed.unmatched))
             starts = _scrape_starts(batch, parsed.boundaries)
-            resolved = builder.build(_timed_samples(batch, parsed.samples, starts))
+            resolved = builder.shape(_timed_samples(batch, parsed.samples, starts), parsed.pairs)
             tally.records += resolved.samples.height
             untimed += resolved.samples["ts"].null_count()
             valid += parsed.sample_rows.len()
@@ -159,8 +159,7 @@ def _timed_samples(batch: LineBatch, samples: pl.DataFrame, starts: pl.DataFrame
     located = batch.locate(samples.with_columns(scrape.alias("scrape")))
     return located.with_columns(
         pl.coalesce(pl.col("sample_ts"), starts["ts"].gather(scrape)).alias("ts"),
-        pl.col("text").alias("raw"),
-    ).select("source_path", "source_line", "raw", "ts", "head", "value", "scrape")
+    ).rename({"text": "raw"})
 
 
 def _scrape_rows(

@@ -58,7 +58,7 @@ class ScrapeLogIngester(Ingester):
 
     @classmethod
     def sniff(cls, name: str, head: str) -> int:
-        first = next((line for line in head.splitlines() if line.strip()), "")
+        first = next((line for line in head[:4096].splitlines() if line.strip()), "")
         if not _OBJECT_LINE.match(first):
             return 0
         has_error = '"error"' in first or '"err"' in first
