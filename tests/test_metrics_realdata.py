@@ -12,6 +12,7 @@ import duckdb
 import polars as pl
 import pytest
 
+from kvdiag.analyzer import timeseries as ts
 from kvdiag.analyzer.discover import discover
 from kvdiag.analyzer.ingest.aliases import load_aliases
 from kvdiag.analyzer.ingest.scrape_time import scrape_time_from_name
@@ -94,12 +95,10 @@ def test_usage_is_counted_against_all_blocks_but_the_null_block(
     saturation: duckdb.DuckDBPyConnection,
 ) -> None:
     blocks = int(_scalar(saturation, "SELECT value FROM config WHERE key = 'num_gpu_blocks'"))
-    usage = saturation.sql("SELECT value FROM metric_samples WHERE metric = 'kv_cache_usage'").pl()[
-        "value"
-    ]
-    used = usage * (blocks - 1)
-    assert (used - used.round(0)).abs().max() < 1e-9
-    assert usage.max() == 1.0
+    usage = saturation.sql("SELECT value FROM metric_samples WHERE metric = 'kv_cache_usage'").pl()
+    used = usage.select(ts.blocks_in_use(pl.col("value"), blocks))["value"]
+    assert ((usage["value"] * (blocks - 1)) - used).abs().max() < 1e-9
+    assert used.max() == blocks - 1 and usage["value"].max() == 1.0
 
 
 def test_preemptions_are_only_in_the_counter(saturation: duckdb.DuckDBPyConnection) -> None:

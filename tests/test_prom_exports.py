@@ -167,6 +167,7 @@ def test_grafana_wide_csv(tmp_path: Path, formatted: bool) -> None:
     acct = got.account("panel-data.csv")
     assert acct.lines_unmatched == 0 and acct.balanced()
     assert any("'{{pod}}' names no known metric" in n for n in acct.notes)
+    assert any("taken as UTC" in n for n in acct.notes) == formatted
 
 
 def test_grafana_long_csv_with_semicolons(tmp_path: Path) -> None:

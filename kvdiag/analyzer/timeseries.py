@@ -54,6 +54,16 @@ def samples(reader: SqlReader, metric: str, suffix: str | None = None) -> pl.Dat
     )
 
 
+def blocks_in_use(usage: pl.Expr, num_gpu_blocks: int) -> pl.Expr:
+    """KV blocks held, from a kv_cache_usage value (vLLM).
+
+    vLLM holds one null block back and measures usage against `num_gpu_blocks - 1`
+    (the real runs: usage values are multiples of 1/67 for 68 blocks), so a full pool is
+    num_gpu_blocks - 1 blocks, not num_gpu_blocks.
+    """
+    return (usage * (num_gpu_blocks - 1)).round(0)
+
+
 def quantile_column(q: float) -> str:
     """Column name of a quantile in histogram_quantiles' output: 0.95 -> 'p95'."""
     return f"p{q * 100:g}"

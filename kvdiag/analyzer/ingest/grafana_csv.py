@@ -39,6 +39,7 @@ from kvdiag.analyzer.ingest.scrape_time import text_to_utc
 
 _HEADER = re.compile(r'^\ufeff?"?(Time|time|Series|series)"?([,;\t])')
 _EXCEL_SEP = re.compile(r"^\ufeff?sep=(.)\s*$")
+_ZONE_NOTE = "times without a zone are taken as UTC (Grafana writes the browser's local time)"
 
 
 class GrafanaCsvIngester(Ingester):
@@ -83,7 +84,6 @@ class GrafanaCsvIngester(Ingester):
         tally.records = resolved.samples.height
         for name in resolved.unknown_heads.head(5):
             tally.notes.append(f"column {name!r} names no known metric (a legend?): not stored")
-        tally.notes.append("times without a zone are taken as UTC (Grafana writes local time)")
         for name, frame in (
             ("metric_samples", resolved.samples),
             ("config", resolved.config),
@@ -131,7 +131,14 @@ def _frame_cells(part: pl.DataFrame, tally: Tally, templates: TemplateTally) -> 
     body = "\n".join(part["text"].to_list())
     table = pl.read_csv(
         io.StringIO(body), separator=header.group(2), infer_schema=False, truncate_ragged_lines=True
-    ).with_columns(part["line_no"].slice(1).alias("line_no"), part["text"].slice(1).alias("text"))
+    )
+    if table.height != part.height - 1:  # a quoted cell spanning lines: rows lose their lines
+        tally.unmatched += part.height
+        tally.notes.append(f"frame at line {part['line_no'][0]}: cells span lines, not read")
+        return pl.DataFrame()
+    table = table.with_columns(
+        part["line_no"].slice(1).alias("line_no"), part["text"].slice(1).alias("text")
+    )
     names = {c.lower(): c for c in table.columns}
     if {"series", "time", "value"} <= set(names):
         long = table.select(
@@ -146,6 +153,9 @@ def _frame_cells(part: pl.DataFrame, tally: Tally, templates: TemplateTally) -> 
         long = table.unpivot(
             index=["line_no", "text", time_col], variable_name="series", value_name="cell"
         ).rename({time_col: "_t"})
+    zoneless = long["_t"].str.contains(r"^\d{4}-\d\d-\d\d[T ][\d:.]+$").any()
+    if zoneless and _ZONE_NOTE not in tally.notes:
+        tally.notes.append(_ZONE_NOTE)
     cells = long.with_columns(
         text_to_utc(pl.col("_t")).alias("ts"),
         pl.col("cell").str.strip_chars().cast(pl.Float64, strict=False).alias("value"),

@@ -34,7 +34,7 @@ from kvdiag.analyzer.ingest.base import (
 from kvdiag.analyzer.ingest.lines import open_binary
 from kvdiag.analyzer.ingest.metric_tables import SampleBuilder
 from kvdiag.analyzer.ingest.prom_parse import render_head
-from kvdiag.analyzer.ingest.scrape_time import epoch_to_utc
+from kvdiag.analyzer.ingest.scrape_time import epoch_text_time, epoch_to_utc
 from kvdiag.analyzer.model import InputProblem
 
 # A sample pair as the API writes it: [<unix seconds>, "<value>"].
@@ -69,10 +69,7 @@ class PromApiIngester(Ingester):
     @classmethod
     def content_time_hint(cls, head: str) -> datetime | None:
         m = _PAIR.search(head)
-        if m is None:
-            return None
-        value = pl.select(epoch_to_utc(pl.lit(m.group(1)))).item()
-        return value if isinstance(value, datetime) else None
+        return None if m is None else epoch_text_time(m.group(1))
 
     def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:
         rel = unit.rels[0]

@@ -9,7 +9,6 @@ from the per-file line counts, only for the rows that need it.
 from __future__ import annotations
 
 import gzip
-import io
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -17,11 +16,11 @@ from pathlib import Path
 
 import polars as pl
 
+from kvdiag.analyzer.ingest.lines import _frame as frame_lines
 from kvdiag.analyzer.ingest.scrape_time import scrape_time_from_name
 
 BATCH_BYTES = 32 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
-_SEP = b"\x1f"  # cannot occur in exposition text; replaced when it does
 _EMPTY = pl.DataFrame(schema={"row": pl.Int64, "text": pl.String})
 
 
@@ -86,20 +85,10 @@ def _read(path: Path) -> bytes:
 def _split_lines(blob: bytes) -> pl.DataFrame:
     if not blob:
         return _EMPTY
-    if _SEP in blob:
-        blob = blob.replace(_SEP, b" ")
-    text = pl.read_csv(
-        io.BytesIO(blob),
-        has_header=False,
-        separator=_SEP.decode(),
-        quote_char=None,
-        new_columns=["text"],
-        schema={"text": pl.String},
-        encoding="utf8-lossy",
-    )["text"].fill_null("")
+    frame = frame_lines(blob, 0).rename({"line_no": "row"})
     if b"\r" in blob:
-        text = text.str.strip_chars_end("\r")
-    return pl.DataFrame({"text": text}).with_row_index("row").cast({"row": pl.Int64})
+        frame = frame.with_columns(pl.col("text").str.strip_chars_end("\r"))
+    return frame
 
 
 def batches(files: Sequence[Path], batch_bytes: int = BATCH_BYTES) -> Iterator[list[int]]:

@@ -65,41 +65,24 @@ class ParsedLines:
 
 
 def parse_lines(lines: pl.DataFrame, aliases: AliasTable) -> ParsedLines:
-    """Classify every line of `lines` (row, text) and split the known-metric samples.
+    """Classify every line of `lines` (row, text; row = position, as read_batch makes it)
+    and split the known-metric samples.
 
     Scrapes repeat themselves: most lines of a series (HELP, TYPE, unchanged samples)
-    occur in many files. Lines are therefore classified and split once per distinct text
-    and joined back to their rows.
+    occur in many files. Lines are therefore classified, split and resolved once per
+    distinct text, and only the kind (a small integer) travels back to every row.
     """
     # Lines are keyed by a 64-bit hash of their text, which is cheaper to group and join
     # than the text itself; two distinct lines of a batch sharing a hash is a ~1e-8 event
     # even at a million distinct lines.
     keyed = lines.with_columns(pl.col("text").hash().alias("_h"))
     distinct = keyed.unique(subset="_h").select("_h", "text")
-    classified = _classify(distinct, aliases)
-    known = classified.filter(pl.col("kind") == "known")
-    heads, pairs = parse_heads(known["head"], aliases)
-    # A line the cheap prefilter let through but the alias table does not know is a
-    # valid sample of another metric.
-    known = known.join(heads, on="head", how="left")
-    classified = classified.join(
-        known.filter(pl.col("metric").is_null()).select("_h", pl.lit(True).alias("_other")),
-        on="_h",
-        how="left",
-    ).with_columns(
-        pl.when(pl.col("_other")).then(pl.lit("sample", KIND)).otherwise("kind").alias("kind")
-    )
-    # Per line only the kind travels (a small integer); text and parsed columns are
-    # attached to the few rows that need them.
+    classified, known, pairs = _resolve(_classify(distinct, aliases), aliases)
     kinds = keyed.select("row", "_h").join(
         classified.select("_h", "kind"), on="_h", how="left", maintain_order="left"
     )
     kind = pl.col("kind")
-    samples = (
-        kinds.filter(kind == "known")
-        .select("row", "_h")
-        .join(known.filter(pl.col("metric").is_not_null()), on="_h", maintain_order="left")
-    )
+    samples = kinds.filter(kind == "known").join(known, on="_h", maintain_order="left")
     unmatched = _with_text(kinds.filter(kind.is_in(["bad", "garbled"])), lines)
     return ParsedLines(
         samples=samples.drop("_h", "kind"),
@@ -110,6 +93,24 @@ def parse_lines(lines: pl.DataFrame, aliases: AliasTable) -> ParsedLines:
         parsed=lines.height - unmatched.height,
         undecodable=unmatched.filter(kind == "garbled").height,
     )
+
+
+def _resolve(
+    classified: pl.DataFrame, aliases: AliasTable
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Resolve the heads of known lines: (classified, known lines resolved, label pairs).
+
+    A line the cheap prefilter let through but the alias table does not know is a valid
+    sample of another metric and becomes kind `sample`.
+    """
+    known = classified.filter(pl.col("kind") == "known").drop("kind")
+    heads, pairs = parse_heads(known["head"], aliases)
+    known = known.join(heads, on="head", how="left")
+    other = known.filter(pl.col("metric").is_null()).select("_h", pl.lit(True).alias("_other"))
+    classified = classified.join(other, on="_h", how="left").with_columns(
+        pl.when(pl.col("_other")).then(pl.lit("sample", KIND)).otherwise("kind").alias("kind")
+    )
+    return classified, known.filter(pl.col("metric").is_not_null()), pairs
 
 
 def _with_text(rows: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:

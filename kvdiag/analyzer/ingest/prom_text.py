@@ -1,17 +1,27 @@
 """Prometheus text exposition (0.0.4) and OpenMetrics: snapshots and series of scrapes.
 
-Accepted inputs (see scrape_time.py for the time shapes):
+Metric inputs kvdiag accepts (each kind is recognised by content, not by name):
 
-* one `/metrics` snapshot, as served (`curl -s host:8000/metrics > metrics.prom`);
-* a folder of scrapes named by time (`metrics/<unix_ts>.prom`), read as one series;
-* one file holding several scrapes, separated by marker lines (`# scrape at <time>`, a bare
-  time line) or by OpenMetrics `# EOF`, or whose samples carry their own timestamps;
-* dcgm-exporter scrapes (`DCGM_FI_DEV_FB_*`, MiB), which also become gpu_snapshots rows.
+* Exposition text (this module): one `/metrics` snapshot as served (`curl -s
+  host:8000/metrics > metrics.prom`); a folder of scrapes named by time
+  (`metrics/<unix_ts>.prom`, also `<word>-<unix_ts>.prom`, milliseconds or an ISO stamp),
+  read as one series; one file holding several scrapes separated by marker lines
+  (`# scrape at <time>`, `# ts=<time>`, `# <time>` or a line that is only a time: see
+  scrape_time.py) or by OpenMetrics `# EOF`; samples with their own timestamps
+  (milliseconds as in 0.0.4, or OpenMetrics seconds). Label escapes, NaN and +-Inf,
+  `_created` series and exemplars are handled; gzip is read transparently.
+  dcgm-exporter scrapes (`DCGM_FI_DEV_FB_*`, MiB) also become gpu_snapshots rows.
+* A scraper's log of attempts, one JSON object per line (`metrics/scrapes.jsonl`:
+  scrape_log.py), failures included.
+* Prometheus HTTP API results saved as JSON, `/api/v1/query` (vector) and
+  `/api/v1/query_range` (matrix) (prom_api.py).
+* Grafana panel CSV exports, wide or long (grafana_csv.py).
 
-Gzip files are read transparently. Every line is accounted for: comments (HELP, TYPE, UNIT,
-EOF, markers), blank lines and valid sample lines are parsed, anything else is unmatched.
-Only samples of metrics in the alias table are stored (with path and line); the labels of
-vllm:cache_config_info become config rows; every scrape read becomes a `scrapes` row.
+Every line is accounted for: comments (HELP, TYPE, UNIT, EOF, markers), blank lines and
+valid sample lines are parsed, anything else is unmatched. Only samples of metrics in the
+alias table (formats/metric_aliases.toml) are stored, under canonical names, with path and
+line; the labels of vllm:cache_config_info become config rows; every scrape read becomes a
+`scrapes` row.
 """
 
 from __future__ import annotations
@@ -33,10 +43,10 @@ from kvdiag.analyzer.ingest.base import (
 )
 from kvdiag.analyzer.ingest.metric_tables import SampleBuilder, TemplateTally
 from kvdiag.analyzer.ingest.prom_lines import LineBatch, batches, read_batch
-from kvdiag.analyzer.ingest.prom_parse import parse_lines
+from kvdiag.analyzer.ingest.prom_parse import ParsedLines, parse_lines
 from kvdiag.analyzer.ingest.scrape_time import (
     SCRAPE_NAME,
-    epoch_to_utc,
+    epoch_text_time,
     first_time_in,
     scrape_time_from_name,
 )
@@ -80,10 +90,7 @@ class PromTextIngester(Ingester):
         if marked is not None:
             return marked
         m = _SAMPLE_TS.search(head)
-        if m is None:
-            return None
-        value = pl.select(epoch_to_utc(pl.lit(m.group(1)))).item()
-        return value if isinstance(value, datetime) else None
+        return None if m is None else epoch_text_time(m.group(1))
 
     def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:
         aliases = load_aliases()
@@ -95,11 +102,7 @@ class PromTextIngester(Ingester):
             for problem in batch.problems:
                 yield InputProblem(unit.rel, None, problem)
             parsed = parse_lines(batch.lines, aliases)
-            tally.total += batch.lines.height
-            tally.parsed += parsed.parsed
-            tally.unmatched += parsed.unmatched.height
-            tally.undecodable += parsed.undecodable
-            templates.add(batch.locate(parsed.unmatched))
+            _count_lines(tally, templates, batch, parsed)
             starts = _scrape_starts(batch, parsed.boundaries)
             resolved = builder.shape(_timed_samples(batch, parsed.samples, starts), parsed.pairs)
             tally.records += resolved.samples.height
@@ -119,6 +122,16 @@ class PromTextIngester(Ingester):
                 "the sample): they are ordered by file and line only"
             )
         yield tally.account(unit.rel, templates.top())
+
+
+def _count_lines(
+    tally: Tally, templates: TemplateTally, batch: LineBatch, parsed: ParsedLines
+) -> None:
+    tally.total += batch.lines.height
+    tally.parsed += parsed.parsed
+    tally.unmatched += parsed.unmatched.height
+    tally.undecodable += parsed.undecodable
+    templates.add(batch.locate(parsed.unmatched))
 
 
 def _emit(name: str, frame: pl.DataFrame) -> Iterator[TableBatch]:

@@ -76,6 +76,12 @@ def text_to_utc(text: pl.Expr) -> pl.Expr:
     return pl.coalesce(epoch_to_utc(text.str.strip_chars()), zoned, naive)
 
 
+def epoch_text_time(text: str) -> datetime | None:
+    """One epoch number as text (seconds or milliseconds) as a naive UTC datetime."""
+    value = pl.select(epoch_to_utc(pl.lit(text))).item()
+    return value if isinstance(value, datetime) else None
+
+
 def first_time_in(text: str) -> datetime | None:
     """The first marker time in a text (a file head), for dating logs before ingestion."""
     for line in text.splitlines():
