@@ -87,24 +87,26 @@ def counter_deltas(frame: pl.DataFrame, extra: Sequence[str] = ()) -> pl.DataFra
     `seconds` since the previous sample and `rate` (increase per second). `extra` adds
     grouping columns (`le` for histogram buckets).
     """
-    keys = _keys(frame, [*SERIES, *extra])
-    ordered = _ordered(frame, keys).with_columns(pl.lit(0).alias(_ALL))
-    over = [*keys, _ALL]
-    prev = pl.col("value").shift(1).over(over)
+    keys = [*_keys(frame, [*SERIES, *extra]), _ALL]
+    ordered = _ordered(frame.with_columns(pl.lit(0).alias(_ALL)), keys)
+    if "ts" not in ordered.columns:
+        ordered = ordered.with_columns(pl.lit(None, pl.Datetime("us")).alias("ts"))
+    prev = pl.col("value").shift(1).over(keys)
     reset = pl.col("value") < prev
     increase = pl.when(prev.is_null()).then(None).when(reset).then(pl.col("value"))
-    out = ordered.with_columns(
-        increase.otherwise(pl.col("value") - prev).alias("increase"),
-        reset.fill_null(False).alias("reset"),
-    ).drop(_ALL)
-    if "ts" not in out.columns:
-        return out.with_columns(
-            pl.lit(None, pl.Float64).alias("seconds"), pl.lit(None, pl.Float64).alias("rate")
+    seconds = (pl.col("ts") - pl.col("ts").shift(1).over(keys)).dt.total_microseconds() / 1e6
+    return (
+        ordered.with_columns(
+            increase.otherwise(pl.col("value") - prev).alias("increase"),
+            reset.fill_null(False).alias("reset"),
+            seconds.alias("seconds"),
         )
-    prev_ts = pl.col("ts").shift(1).over(keys) if keys else pl.col("ts").shift(1)
-    seconds = (pl.col("ts") - prev_ts).dt.total_microseconds() / 1e6
-    return out.with_columns(seconds.alias("seconds")).with_columns(
-        pl.when(pl.col("seconds") > 0).then(pl.col("increase") / pl.col("seconds")).alias("rate")
+        .with_columns(
+            pl.when(pl.col("seconds") > 0)
+            .then(pl.col("increase") / pl.col("seconds"))
+            .alias("rate")
+        )
+        .drop(_ALL)
     )
 
 
@@ -116,7 +118,7 @@ def counter_totals(frame: pl.DataFrame, by: Sequence[str] = SERIES) -> pl.DataFr
     """
     deltas = counter_deltas(frame).with_columns(pl.lit(0).alias(_ALL))
     per_series = deltas.group_by(_keys(deltas, [*SERIES, _ALL]), maintain_order=True).agg(
-        *_span(deltas),
+        *_span(),
         pl.len().alias("samples"),
         pl.col("reset").sum().alias("resets"),
         pl.when(pl.len() == 1)
@@ -138,10 +140,7 @@ def counter_totals(frame: pl.DataFrame, by: Sequence[str] = SERIES) -> pl.DataFr
     ).select(*group, "first_ts", "last_ts", "samples", "resets", "increase", "rate")
 
 
-def _span(frame: pl.DataFrame) -> list[pl.Expr]:
-    if "ts" not in frame.columns:
-        none = pl.lit(None, pl.Datetime("us"))
-        return [none.alias("first_ts"), none.alias("last_ts")]
+def _span() -> list[pl.Expr]:
     return [pl.col("ts").min().alias("first_ts"), pl.col("ts").max().alias("last_ts")]
 
 
@@ -220,7 +219,7 @@ def _whole_window(deltas: pl.DataFrame, group: list[str]) -> pl.DataFrame:
     """Per group and bound: observations over the span (a lone sample counts in full)."""
     series = _keys(deltas, [*SERIES, "le", _ALL])
     per_series = deltas.group_by(series, maintain_order=True).agg(
-        *_span(deltas),
+        *_span(),
         pl.when(pl.len() == 1)
         .then(pl.col("value").first())
         .otherwise(pl.col("increase").sum())
