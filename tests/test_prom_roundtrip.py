@@ -43,6 +43,7 @@ SAMPLE = st.fixed_dictionaries(
         "value": FLOATS,
         "spelling": st.integers(0, 2),
         "millis": st.none() | MILLIS,
+        "seconds": st.booleans(),  # OpenMetrics writes seconds, 0.0.4 milliseconds
         "gap": st.sampled_from([" ", "\t", "  "]),
         "trailing_comma": st.booleans(),
         "exemplar": st.booleans(),
@@ -57,7 +58,8 @@ def _render(s: dict) -> str:
     head = f"{s['name']}{{{labels}}}" if labels or s["trailing_comma"] else s["name"]
     line = f"{head}{s['gap']}{_go_float(s['value'], s['spelling'])}"
     if s["millis"] is not None:
-        line += f"{s['gap']}{s['millis']}"
+        ms = s["millis"]
+        line += s["gap"] + (f"{ms // 1000}.{ms % 1000:03d}" if s["seconds"] else str(ms))
     if s["exemplar"]:
         line += ' # {trace_id="x"} 1.0'
     return line

@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from kvdiag.analyzer.discover import discover
 from kvdiag.analyzer.ingest.prom_text import PromTextIngester
 from kvdiag.analyzer.ingest.scrape_time import scrape_time_from_name
 from tests.conftest import REALDATA, shared
@@ -147,6 +148,14 @@ def test_marker_lines_split_one_file_into_timed_scrapes(tmp_path: Path, marker: 
     assert scrapes["samples"].to_list() == [1, 1]
     assert scrapes["raw"].to_list() == [marker, second]
     assert got.account("dump.txt").lines_unmatched == 0
+
+
+def test_markers_and_sample_timestamps_date_the_folder(tmp_path: Path) -> None:
+    write(tmp_path, "a/dump.txt", f"{HEAD}vllm:num_requests_running 1\r\n# ts=1795959291\r\n")
+    write(tmp_path, "b/metrics.prom", f"{HEAD}vllm:num_requests_running 1 1795959281911\n")
+    found = discover(tmp_path)
+    assert found.anchor == datetime(2026, 11, 29, 13, 34, 41, 911000)
+    assert found.anchor_source == "times in b/metrics.prom"
 
 
 def test_eof_separates_untimed_scrapes(tmp_path: Path) -> None:

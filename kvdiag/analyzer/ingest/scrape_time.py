@@ -38,6 +38,8 @@ _FILE_ISO = r"\d{4}-?\d{2}-?\d{2}T\d{2}[:-]?\d{2}[:-]?\d{2}(?:\.\d+)?Z?"
 SCRAPE_NAME = re.compile(
     rf"^(?:[A-Za-z][\w-]*?[-_.])?({_EPOCH}|{_FILE_ISO})\.(?:prom|txt|metrics|om)$"
 )
+_MARKER_M = re.compile(MARKER_RE, re.MULTILINE)
+_BARE_M = re.compile(BARE_TIME_RE, re.MULTILINE)
 # Epoch values at or above this are milliseconds (1e11 s is the year 5138).
 MS_THRESHOLD = 1e11
 
@@ -84,11 +86,10 @@ def epoch_text_time(text: str) -> datetime | None:
 
 def first_time_in(text: str) -> datetime | None:
     """The first marker time in a text (a file head), for dating logs before ingestion."""
-    for line in text.splitlines():
-        for pattern in (MARKER_RE, BARE_TIME_RE):
-            m = re.match(pattern, line)
-            if m:
-                frame = pl.DataFrame({"t": [m.group(1)]}).select(text_to_utc(pl.col("t")))
-                value = frame.item()
-                return value if isinstance(value, datetime) else None
-    return None
+    text = text.replace("\r\n", "\n")
+    found = [m for p in (_MARKER_M, _BARE_M) if (m := p.search(text))]
+    if not found:
+        return None
+    first = min(found, key=lambda m: m.start())
+    value = pl.select(text_to_utc(pl.lit(first.group(1)))).item()
+    return value if isinstance(value, datetime) else None
