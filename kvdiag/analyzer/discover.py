@@ -20,6 +20,8 @@ from kvdiag.analyzer.ingest.lines import read_head
 from kvdiag.analyzer.model import InputRecord
 
 DEFAULT_REPLICA = "default"
+# A first-level folder holding one of these is a replica (a scrape log is not a server).
+SERVER_LOG_KINDS = frozenset({"vllm_log", "sglang_log"})
 _HEAD_BYTES = 65536
 
 
@@ -150,9 +152,11 @@ def discover(root: Path, scratch: Path | None = None) -> Discovery:
             continue
         key = ingester.series_key(rel) or rel
         groups[(ingester.kind, key)].append((path, rel))
-        hint = ingester.time_hint(rel)
+        hint, source = ingester.time_hint(rel), "scrape file names"
+        if hint is None:
+            hint, source = ingester.content_time_hint(_decode_head(head)), f"times in {rel}"
         if hint is not None and (anchor is None or hint < anchor):
-            anchor, anchor_source = hint, "scrape file names"
+            anchor, anchor_source = hint, source
     replica_dirs = _replica_dirs(groups)
     units = tuple(
         _unit(kind, key, members, replica_dirs) for (kind, key), members in sorted(groups.items())
@@ -167,7 +171,7 @@ def _replica_dirs(groups: dict[tuple[str, str], list[tuple[Path, str]]]) -> set[
         t
         for (kind, _), members in groups.items()
         for _, rel in members
-        if "/" in rel and (t := rel.split("/", 1)[0]) in tops and kind.endswith("_log")
+        if "/" in rel and (t := rel.split("/", 1)[0]) in tops and kind in SERVER_LOG_KINDS
     }
     return with_logs if len(with_logs) >= 2 else set()
 

@@ -14,7 +14,7 @@ EXPECTED_INPUTS: tuple[tuple[tuple[str, ...], str, str, tuple[int, ...]], ...] =
         (1, 3),
     ),
     (
-        ("prom_text", "prom_api_json", "grafana_csv"),
+        ("prom_text", "prom_api", "grafana_csv"),
         "no /metrics scrapes",
         "usage, waiting and preemptions between stats lines "
         "(vLLM 0.32 shows preemptions only there); request lengths for layers 2 and 3",
@@ -58,8 +58,12 @@ def missing_evidence(reader: StoreReader) -> tuple[MissingEvidence, ...]:
     kinds = set(
         reader.sql("SELECT DISTINCT kind FROM inputs WHERE status = 'used'")["kind"].to_list()
     )
-    if reader.count("model_config"):  # also embedded in a launch record
+    # Tables that arrive through other inputs: a config.json embedded in a launch record,
+    # GPU snapshots from dcgm-exporter series inside /metrics scrapes.
+    if reader.count("model_config"):
         kinds.add("model_config")
+    if reader.count("gpu_snapshots"):
+        kinds.add("dcgm")
     cpu = on_cpu(reader)
     out = [
         MissingEvidence(what, decides)

@@ -1,16 +1,24 @@
-"""The metric alias table (data in formats/metric_aliases.toml), loaded and validated."""
+"""The metric alias table (data in formats/metric_aliases.toml), loaded and validated.
+
+Every metric ingester (exposition text, Prometheus API JSON, Grafana CSV) resolves exposed
+sample names through `AliasTable.resolve`, so the store only ever holds canonical names.
+"""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+import polars as pl
+
 from kvdiag.analyzer.errors import FormatPackError
 
 SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created", "_info")
 METRIC_TYPES = ("gauge", "counter", "histogram", "info", "summary")
+_METRIC_KEYS = {"names", "type", "unit", "doc", "samples"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +28,7 @@ class MetricAlias:
     type: str
     unit: str
     doc: str
+    samples: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +46,71 @@ class AliasTable:
                     out.setdefault(family + suffix, (m.canonical, suffix.lstrip("_")))
         return out
 
+    @cache  # noqa: B019 - the table is immutable and loaded once
+    def lookup_frame(self) -> pl.DataFrame:
+        """The lookup map as a frame: name, metric, suffix, type (for joins)."""
+        types = {m.canonical: m.type for m in self.metrics}
+        lookup = self.lookup_map()
+        return pl.DataFrame(
+            {
+                "name": list(lookup),
+                "metric": [v[0] for v in lookup.values()],
+                "suffix": [v[1] for v in lookup.values()],
+                "type": [types[v[0]] for v in lookup.values()],
+            }
+        )
+
+    def rewrite(self, name: pl.Expr) -> pl.Expr:
+        """The exposed name with deployment prefixes (ray_vllm:) rewritten to the engine's."""
+        for old, new in self.prefix_rewrites:
+            name = (
+                pl.when(name.str.starts_with(old))
+                .then(pl.lit(new) + name.str.slice(len(old)))
+                .otherwise(name)
+            )
+        return name
+
+    def resolve(self, frame: pl.DataFrame, column: str = "name") -> pl.DataFrame:
+        """Add metric, suffix and type to the rows whose `column` names a known metric.
+
+        Rows naming no known metric are dropped: only aliased metrics are stored.
+        """
+        key = self.rewrite(pl.col(column)).alias("_lookup")
+        return (
+            frame.with_columns(key)
+            .join(self.lookup_frame().rename({"name": "_lookup"}), on="_lookup", how="inner")
+            .drop("_lookup")
+        )
+
+    @cache  # noqa: B019 - the table is immutable and loaded once
+    def line_prefilter(self) -> str:
+        """A regex that every exposition line of a known metric matches (and few others).
+
+        It is a cheap DFA test run over every sample line before the heavier parsing,
+        which then only sees the lines that will be stored.
+        """
+        rewritten: dict[str, list[str]] = {}
+        for old, new in self.prefix_rewrites:
+            rewritten.setdefault(new, [new]).append(old)
+        branches = []
+        families = sorted({f for m in self.metrics for f in m.names})
+        for target, prefixes in rewritten.items():
+            rests = [f[len(target) :] for f in families if f.startswith(target)]
+            if rests:
+                branches.append(_alt(prefixes) + _alt(rests))
+        branches += [re.escape(f) for f in families if not f.startswith(tuple(rewritten))]
+        suffixes = _alt(list(SUFFIXES))
+        return rf"^(?:{'|'.join(branches)}){suffixes}?(?:\{{|[ \t])"
+
     def get(self, canonical: str) -> MetricAlias:
         for m in self.metrics:
             if m.canonical == canonical:
                 return m
         raise KeyError(f"unknown canonical metric {canonical!r}")
+
+
+def _alt(words: list[str]) -> str:
+    return "(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + ")"
 
 
 def parse_aliases(text: str, where: str) -> AliasTable:
@@ -54,7 +123,7 @@ def parse_aliases(text: str, where: str) -> AliasTable:
     metrics = []
     seen: dict[str, str] = {}
     for canonical, spec in raw.get("metric", {}).items():
-        if unknown := set(spec) - {"names", "type", "unit", "doc"}:
+        if unknown := set(spec) - _METRIC_KEYS:
             raise FormatPackError(f"{where}: metric.{canonical}: unknown key(s) {sorted(unknown)}")
         if spec.get("type") not in METRIC_TYPES:
             raise FormatPackError(
@@ -73,6 +142,7 @@ def parse_aliases(text: str, where: str) -> AliasTable:
                 spec["type"],
                 spec.get("unit", ""),
                 spec.get("doc", ""),
+                tuple(spec.get("samples", ())),
             )
         )
     rewrites = tuple(raw.get("prefix_rewrites", {}).items())

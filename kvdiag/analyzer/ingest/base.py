@@ -98,6 +98,11 @@ class Ingester(ABC):
         """An absolute time the file's name alone gives (scrape series), for dating logs."""
         return None
 
+    @classmethod
+    def content_time_hint(cls, head: str) -> datetime | None:
+        """An absolute time the file's first bytes give (scraper logs, marker lines)."""
+        return None
+
     @abstractmethod
     def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:
         """Yield batches and problems, and one Account per file (or one for a series)."""

@@ -1,0 +1,199 @@
+"""Store rows from parsed metric samples, shared by every metric ingester.
+
+An ingester (exposition text, Prometheus API JSON, Grafana CSV) brings a frame of samples
+with provenance and a `head` (`name{labels}` as exposition text); `SampleBuilder` resolves
+the heads through the alias table once per distinct head (the exposition parser resolves
+them itself, per distinct line, and calls `shape`) and shapes three tables:
+metric_samples, config (the labels of vllm:cache_config_info) and gpu_snapshots
+(dcgm-exporter's framebuffer gauges).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from kvdiag.analyzer.ingest.aliases import AliasTable
+from kvdiag.analyzer.ingest.base import template_expr
+from kvdiag.analyzer.ingest.prom_parse import parse_heads
+from kvdiag.analyzer.model import UnmatchedTemplate
+from kvdiag.analyzer.schema import table
+
+MAX_RAW = 4096
+_GPU_METRICS = {
+    "gpu_fb_total": "memory_total_mib",
+    "gpu_fb_used": "memory_used_mib",
+    "gpu_fb_free": "memory_free_mib",
+    "gpu_fb_reserved": "memory_reserved_mib",
+    "gpu_utilization": "utilization_pct",
+}
+_GPU_LABELS = {"gpu": "gpu", "uuid": "UUID", "host": "Hostname", "host2": "hostname"}
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The store rows made from one batch of samples."""
+
+    samples: pl.DataFrame
+    config: pl.DataFrame
+    gpus: pl.DataFrame
+    unknown_heads: pl.Series  # heads that name no known metric (not stored)
+
+
+@dataclass
+class SampleBuilder:
+    """Turns sample frames into store rows; remembers config already emitted."""
+
+    aliases: AliasTable
+    replica: str
+    _seen_config: set[tuple[str | None, ...]] = field(default_factory=set)
+
+    def build(self, samples: pl.DataFrame) -> Resolved:
+        """`samples`: source_path, source_line, raw, ts, head, value, and optionally `scrape`
+        (an id that tells scrapes apart when their time is unknown)."""
+        heads, pairs = parse_heads(samples["head"], self.aliases)
+        joined = samples.join(heads, on="head", how="inner", maintain_order="left")
+        all_heads = samples["head"].unique(maintain_order=True)
+        unknown = all_heads.filter(~all_heads.is_in(heads["head"].implode()))
+        return self.shape(joined, pairs, unknown)
+
+    def shape(
+        self, joined: pl.DataFrame, pairs: pl.DataFrame, unknown_heads: pl.Series | None = None
+    ) -> Resolved:
+        """Store rows from samples whose heads are already resolved (parse_heads' columns)."""
+        joined = joined.with_columns(
+            pl.coalesce(pl.col("label_instance"), pl.lit(self.replica)).alias("replica")
+        )
+        return Resolved(
+            _metric_rows(joined),
+            self._config_rows(joined, pairs),
+            _gpu_rows(joined, self.replica),
+            unknown_heads if unknown_heads is not None else pl.Series("head", [], pl.String),
+        )
+
+    def _config_rows(self, joined: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
+        """Every cache_config_info label as a config row, first sighting per value only."""
+        info = joined.filter(pl.col("metric") == "cache_config_info")
+        if info.is_empty():
+            return pl.DataFrame()
+        rows = (
+            info.select(
+                "source_path",
+                "source_line",
+                pl.col("raw").str.slice(0, MAX_RAW),
+                "replica",
+                "head",
+                pl.col("name").str.extract(r"(vllm|sglang)", 1).alias("engine"),
+                pl.col("label_engine").alias("_engine_index"),
+            )
+            .join(pairs, on="head", how="inner", maintain_order="left")
+            .unique(
+                subset=["replica", "_engine_index", "key", "value"],
+                keep="first",
+                maintain_order=True,
+            )
+        )
+        keys = list(rows.select("replica", "_engine_index", "key", "value").iter_rows())
+        fresh = [k not in self._seen_config for k in keys]
+        self._seen_config.update(keys)
+        return rows.filter(pl.Series(fresh, dtype=pl.Boolean)).select(
+            "source_path",
+            "source_line",
+            "raw",
+            "replica",
+            "key",
+            "value",
+            pl.lit("metrics").alias("origin"),
+            "engine",
+        )
+
+
+def _metric_rows(joined: pl.DataFrame) -> pl.DataFrame:
+    engine = pl.col("label_engine")
+    out = joined.select(
+        "source_path",
+        "source_line",
+        pl.col("raw").str.slice(0, MAX_RAW),
+        "replica",
+        pl.col("ts").cast(pl.Datetime("us")),
+        "metric",
+        "name",
+        "suffix",
+        pl.coalesce(pl.when(engine != "").then(engine), pl.col("label_tp_rank")).alias("engine"),
+        pl.coalesce(pl.col("label_model_name"), pl.col("label_name")).alias("model_name"),
+        pl.col("label_le").cast(pl.Float64, strict=False).alias("le"),
+        pl.col("label_reason").alias("reason"),
+        "labels",
+        pl.col("value").cast(pl.Float64),
+        "series",
+    )
+    assert set(out.columns) <= set(table("metric_samples").column_names)
+    return out
+
+
+def _gpu_rows(joined: pl.DataFrame, default_replica: str) -> pl.DataFrame:
+    """dcgm-exporter FB gauges of one scrape and GPU become one gpu_snapshots row."""
+    dcgm = joined.filter(pl.col("metric").is_in(list(_GPU_METRICS)))
+    if dcgm.is_empty():
+        return pl.DataFrame()
+    scrape = pl.col("scrape") if "scrape" in dcgm.columns else pl.lit(None, pl.Int64)
+    labels = {k: pl.col("labels").str.json_path_match(f"$.{v}") for k, v in _GPU_LABELS.items()}
+    dcgm = dcgm.with_columns(
+        scrape.alias("_scrape"),
+        labels["gpu"].cast(pl.Int32, strict=False).alias("gpu"),
+        labels["uuid"].alias("uuid"),
+        pl.coalesce(labels["host"], labels["host2"], pl.col("label_instance")).alias("host"),
+        pl.col("labels").str.json_path_match("$.modelName").alias("name"),
+        pl.coalesce(pl.col("labels").str.json_path_match("$.pod"), pl.lit(default_replica)).alias(
+            "gpu_replica"
+        ),
+    ).sort("source_path", "source_line")
+    keys = ["source_path", "_scrape", "ts", "gpu", "uuid", "host", "gpu_replica"]
+    values = [
+        pl.col("value").filter(pl.col("metric") == m).first().alias(col)
+        for m, col in _GPU_METRICS.items()
+    ]
+    grouped = dcgm.group_by(keys, maintain_order=True).agg(
+        pl.col("source_line").first(), pl.col("raw").first(), pl.col("name").first(), *values
+    )
+    return grouped.select(
+        "source_path",
+        "source_line",
+        pl.col("raw").str.slice(0, MAX_RAW),
+        pl.col("gpu_replica").alias("replica"),
+        "host",
+        "ts",
+        "gpu",
+        "uuid",
+        "name",
+        *_GPU_METRICS.values(),
+        pl.lit("dcgm").alias("source_kind"),
+    )
+
+
+@dataclass
+class TemplateTally:
+    """Unmatched lines grouped by shape across batches, bounded in size."""
+
+    limit: int = 500
+    rows: dict[str, list[int | str]] = field(default_factory=dict)  # template -> [n, line, ex]
+
+    def add(self, unmatched: pl.DataFrame, text: str = "text", line: str = "source_line") -> None:
+        if unmatched.is_empty():
+            return
+        grouped = (
+            unmatched.with_columns(template_expr(text).alias("_t"))
+            .group_by("_t")
+            .agg(pl.len(), pl.col(line).min(), pl.col(text).first())
+        )
+        for tpl, n, first, example in grouped.iter_rows():
+            key = tpl if tpl in self.rows or len(self.rows) < self.limit else "<other shapes>"
+            row = self.rows.setdefault(key, [0, first, example[:300]])
+            row[0] = int(row[0]) + n
+
+    def top(self, k: int = 20) -> tuple[UnmatchedTemplate, ...]:
+        ranked = sorted(self.rows.items(), key=lambda kv: (-int(kv[1][0]), int(kv[1][1])))
+        return tuple(
+            UnmatchedTemplate(t, int(c), int(ln), str(ex)) for t, (c, ln, ex) in ranked[:k]
+        )
