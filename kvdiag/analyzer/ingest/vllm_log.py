@@ -1,9 +1,15 @@
-"""vLLM server logs: every line parsed into an event table or counted unmatched."""
+"""vLLM server logs: every line parsed into an event table or counted unmatched.
+
+A file is read batch by batch; each batch goes through `parse_batch` (repairs, envelope,
+events, records), then its event rows are shaped into store tables and its lines counted.
+Rotated sets (`vllm.log`, `vllm.log.1`, `vllm.log.2.gz`) are one unit, read oldest first
+so the year carries across files; each file keeps its own account.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,9 +25,17 @@ from kvdiag.analyzer.ingest.base import (
     template_expr,
 )
 from kvdiag.analyzer.ingest.formats import FormatPack, load_pack
-from kvdiag.analyzer.ingest.lines import ReadStats, iter_line_batches
-from kvdiag.analyzer.ingest.logparse import MAX_STORED_LINE, apply_envelope, match_events
-from kvdiag.analyzer.ingest.logtime import YearState, add_timestamps, initial_year
+from kvdiag.analyzer.ingest.lines import ReadStats, chronological, iter_line_batches, rotation_base
+from kvdiag.analyzer.ingest.logconfig import config_rows, decode_dicts
+from kvdiag.analyzer.ingest.logparse import (
+    MAX_STORED_LINE,
+    EventRows,
+    apply_envelope,
+    parsed_expr,
+)
+from kvdiag.analyzer.ingest.logpipeline import Parsed, parse_batch
+from kvdiag.analyzer.ingest.logtime import YearState, initial_year
+from kvdiag.analyzer.ingest.repair import Repairs
 from kvdiag.analyzer.model import InputProblem, UnmatchedTemplate
 from kvdiag.analyzer.schema import table
 
@@ -66,12 +80,29 @@ class _Templates:
         )
 
 
-def _rank_expr() -> pl.Expr:
-    from_proc = pl.coalesce(
-        pl.col("proc").str.extract(r"TP(\d+)", 1),
-        pl.col("proc").str.extract(r"rank=(\d+)", 1),
+def _rank(pattern: str) -> pl.Expr:
+    return pl.col("proc").str.extract(pattern, 1).cast(pl.Int32, strict=False)
+
+
+def _identity() -> list[pl.Expr]:
+    """Parallel ranks from process names: Worker_DP1_PP0_TP3_EP3, VllmWorker rank=2 ..."""
+    tp = pl.coalesce(
+        pl.col("rank_prefix").cast(pl.Int32, strict=False),
+        _rank(r"(?:^|[_ ])TP(\d+)"),
+        _rank(r"rank=(\d+)"),
+        _rank(r"^VllmWorker-(\d+)$"),
     )
-    return pl.coalesce(pl.col("rank_prefix"), from_proc).cast(pl.Int32, strict=False).alias("rank")
+    return [
+        tp.alias("rank"),
+        pl.coalesce(_rank(r"[_ ]DP(\d+)"), _rank(r"^EngineCore_(\d+)$")).alias("dp_rank"),
+        _rank(r"(?:^|[_ ])PP(\d+)").alias("pp_rank"),
+        _rank(r"[_ ]EP(\d+)").alias("ep_rank"),
+    ]
+
+
+def _raw() -> pl.Expr:
+    """The line as read; a record spanning lines keeps all of them."""
+    return pl.coalesce("raw_lines", "clean").str.slice(0, MAX_STORED_LINE).alias("raw")
 
 
 def _table_frame(rows: pl.DataFrame, table_name: str, unit: InputUnit, rel: str) -> pl.DataFrame:
@@ -80,12 +111,15 @@ def _table_frame(rows: pl.DataFrame, table_name: str, unit: InputUnit, rel: str)
     base = rows.with_columns(
         pl.lit(rel).alias("source_path"),
         pl.col("line_no").alias("source_line"),
-        pl.col("clean").str.slice(0, MAX_STORED_LINE).alias("raw"),
-        pl.lit(unit.replica).alias("replica"),
+        _raw(),
+        pl.coalesce(pl.col("pod"), pl.lit(unit.replica)).alias("replica"),
         pl.col("proc").alias("process"),
         pl.col("pid").cast(pl.Int64, strict=False),
-        _rank_expr(),
+        pl.when(pl.col("line_end") != pl.col("line_no")).then("line_end").alias("source_line_end"),
+        *_identity(),
     )
+    if "message" in declared and "message" not in base.columns:
+        base = base.with_columns(pl.col("msg").str.slice(0, MAX_STORED_LINE).alias("message"))
     return base.select([c for c in declared if c in base.columns])
 
 
@@ -94,7 +128,18 @@ class VllmLogIngester(Ingester):
 
     kind = "vllm_log"
     description = "vLLM server log (API server, engine core and worker lines)"
-    tables = ("log_kv_pool", "log_stats")
+    tables = (
+        "log_engine",
+        "log_kv_pool",
+        "log_memory",
+        "log_stats",
+        "log_preemptions",
+        "log_capacity_errors",
+        "log_oom",
+        "log_http",
+        "log_requests",
+        "config",
+    )
     pack_name = "vllm_log"
 
     @classmethod
@@ -104,50 +149,89 @@ class VllmLogIngester(Ingester):
             return 90
         return 40 if hits else 0
 
+    @classmethod
+    def series_key(cls, rel: str) -> str | None:
+        """Rotated files (`vllm.log.1`, `vllm.log.2.gz`) join their base file's unit."""
+        return rotation_base(rel)
+
     @property
     def pack(self) -> FormatPack:
         return load_pack(self.pack_name)
 
     def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:
-        for path, rel in zip(unit.files, unit.rels, strict=True):
-            yield from self._ingest_file(path, rel, unit, ctx)
+        year: YearState | None = None
+        for path, rel in chronological(unit.files, unit.rels):
+            year = yield from self._ingest_file(path, rel, unit, ctx, year)
 
     def _ingest_file(
-        self, path: Path, rel: str, unit: InputUnit, ctx: IngestContext
-    ) -> Iterator[Emit]:
-        tally = Tally()
-        templates = _Templates()
-        stats = ReadStats()
-        year: YearState | None = None
+        self, path: Path, rel: str, unit: InputUnit, ctx: IngestContext, year: YearState | None
+    ) -> Generator[Emit, None, YearState | None]:
+        tally, templates, stats, repairs = Tally(), _Templates(), ReadStats(), Repairs()
+        counts: dict[str, int] = {}
         for batch in iter_line_batches(path, stats):
-            frame = apply_envelope(batch, self.pack)
             if year is None:
-                first = frame["md"].drop_nulls()
-                year = initial_year(ctx, path, int(first[0][:2]) if first.len() else None)
-            frame = add_timestamps(frame, year)
-            frame, matched = match_events(frame, self.pack)
-            for rows in matched:
-                out = _table_frame(rows.frame, rows.event.table, unit, rel)
-                tally.records += out.height
-                yield TableBatch(rows.event.table, out)
-            self._count(frame, tally, templates)
+                year = initial_year(ctx, path, apply_envelope(batch.head(1000), self.pack))
+            parsed = parse_batch(batch, self.pack, year, repairs)
+            for rows in parsed.events:
+                yield from self._emit(rows, unit, rel, tally, counts)
+            self._count(batch.height, parsed, tally, templates)
         if year is not None:
-            tally.notes.append(f"year {year.base_year} from {year.source}")
-            if year.used_container_year:
-                tally.notes.append("container timestamps gave the year where present")
+            tally.notes.append(year.note())
+            if year.container_lines:
+                tally.notes.append(
+                    f"{year.container_lines} lines timed by their container timestamp (UTC)"
+                )
+        tally.notes += repairs.notes()
+        if counts:
+            tally.notes.append(
+                "events: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+            )
         if stats.truncated:
             yield InputProblem(rel, tally.total or None, stats.truncated)
         yield tally.account(rel, templates.top())
+        return year
 
     @staticmethod
-    def _count(frame: pl.DataFrame, tally: Tally, templates: _Templates) -> None:
-        parsed = (pl.col("_envelope") | pl.col("event").is_not_null()) & ~pl.col("near_miss")
+    def _emit(
+        rows: EventRows, unit: InputUnit, rel: str, tally: Tally, counts: dict[str, int]
+    ) -> Iterator[TableBatch]:
+        frame = decode_dicts(rows.frame, rows.event)
+        out = _table_frame(frame, rows.event.table, unit, rel)
+        tally.records += out.height
+        counts[rows.event.id] = counts.get(rows.event.id, 0) + out.height
+        yield TableBatch(rows.event.table, out)
+        config = config_rows(_table_frame_all(frame, unit, rel), rows.event)
+        if config is not None:
+            yield TableBatch("config", config)
+
+    @staticmethod
+    def _count(lines: int, parsed: Parsed, tally: Tally, templates: _Templates) -> None:
+        """Per physical line: parsed only when every piece of it is (glued lines split)."""
         bad_text = pl.col("text").str.contains("\ufffd", literal=True)
-        flags = frame.select(
-            parsed.alias("p"), (~parsed & bad_text).alias("u"), (~parsed & ~bad_text).alias("n")
+        pieces = parsed.frame.select(
+            "line_no", "clean", parsed_expr().alias("p"), bad_text.alias("bad")
         )
-        tally.total += frame.height
-        tally.parsed += int(flags["p"].sum())
-        tally.undecodable += int(flags["u"].sum())
-        tally.unmatched += int(flags["n"].sum())
-        templates.add(frame.filter(~parsed & ~bad_text).select("line_no", "clean"))
+        if pieces.height != lines:
+            pieces = pieces.group_by("line_no", maintain_order=True).agg(
+                pl.col("p").all(), pl.col("bad").any(), pl.col("clean").str.join("")
+            )
+        flags = pieces.select(
+            pl.col("p").sum().alias("p"),
+            (~pl.col("p") & pl.col("bad")).sum().alias("u"),
+            (~pl.col("p") & ~pl.col("bad")).sum().alias("n"),
+        ).row(0)
+        tally.total += lines
+        tally.parsed += int(flags[0])
+        tally.undecodable += int(flags[1])
+        tally.unmatched += int(flags[2])
+        templates.add(pieces.filter(~pl.col("p") & ~pl.col("bad")).select("line_no", "clean"))
+
+
+def _table_frame_all(rows: pl.DataFrame, unit: InputUnit, rel: str) -> pl.DataFrame:
+    """Provenance columns for config rows (replica from a pod prefix when printed)."""
+    return rows.with_columns(
+        pl.lit(rel).alias("source_path"),
+        pl.col("line_no").alias("source_line"),
+        _raw(),
+        pl.coalesce(pl.col("pod"), pl.lit(unit.replica)).alias("replica"),
+    )
