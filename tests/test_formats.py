@@ -115,6 +115,22 @@ def test_record_sample_is_that_record(pack_name: str, record_id: str, index: int
     assert parsed.frame["event"].to_list() == [None]
 
 
+@pytest.mark.parametrize("pack_name", PACKS)
+def test_all_samples_parse_together_in_one_batch(pack_name: str) -> None:
+    """Variants of one event meet in one batch in real files; their rows must combine."""
+    pack = load_pack(pack_name)
+    samples = [(e.id, s) for e in pack.events for s in e.samples]
+    parsed = _parse(pack, "\n".join(s.line for _, s in samples))
+    got: dict[str, int] = {}
+    for rows in parsed.events:
+        got[rows.event.id] = got.get(rows.event.id, 0) + rows.frame.height
+    want: dict[str, int] = {}
+    for event_id, _ in samples:
+        want[event_id] = want.get(event_id, 0) + 1
+    assert got == want
+    assert parsed.frame.select(parsed_expr().all()).item()
+
+
 def test_sample_sources_name_where_they_came_from() -> None:
     for pack_name in PACKS:
         pack = load_pack(pack_name)

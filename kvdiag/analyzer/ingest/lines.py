@@ -22,7 +22,9 @@ from typing import BinaryIO
 
 import polars as pl
 
-BATCH_BYTES = 32 << 20
+BATCH_BYTES = (
+    8 << 20
+)  # ~100k lines: the parse holds several columns per line, so keep batches small
 # polars' CSV reader splits lines fast; we give it a column separator that cannot occur
 # (it is replaced before parsing) so each line lands whole in one column.
 _SEP = b"\x1f"

@@ -12,7 +12,7 @@ format shows up as falling coverage, not as silence. Header-less lines of known 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -23,14 +23,24 @@ from kvdiag.analyzer.ingest.formats import EnvelopeStep, Event, FormatPack
 # character except tab. `\r` goes too: vLLM ends continuation lines with \r\n.
 _ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]"
 _CONTROL = r"[\x00-\x08\x0b-\x1f\x7f]"
+_UNCLEAN = f"{_ANSI}|{_CONTROL}"  # one pass: escape sequences first, then stray controls
 
 MAX_STORED_LINE = 4096  # raw text kept per stored row; longer lines are cut (and say so)
-_OUTER = "_outer"  # suffix of the columns a stacked (repeated) prefix moves outward to
+_OUTER = "_outer"
+_HEADER_COLS = (
+    "proc",
+    "pid",
+    "level",
+    "md",
+    "hms",
+    "srcfile",
+    "srcline",
+)  # suffix of the columns a stacked (repeated) prefix moves outward to
 
 
 def clean_expr(col: str = "text") -> pl.Expr:
     """Text with ANSI sequences and control characters removed."""
-    return pl.col(col).str.replace_all(_ANSI, "").str.replace_all(_CONTROL, "")
+    return pl.col(col).str.replace_all(_UNCLEAN, "")
 
 
 def envelope_columns(pack: FormatPack) -> list[str]:
@@ -46,30 +56,30 @@ def envelope_columns(pack: FormatPack) -> list[str]:
 def _peel(frame: pl.DataFrame, step: EnvelopeStep, again: bool) -> tuple[pl.DataFrame, bool]:
     """Extract one envelope step's groups from `msg` and strip the matched prefix.
 
-    One regex pass: the whole prefix is captured too, and stripped by its length.
-    On a repeated pass the values already peeled move to `<group>_outer`: with two stacked
-    prefixes the inner one, next to the message, is the writer of the message.
+    An anchored test rejects most lines at their first bytes; only the lines that carry
+    the prefix are captured (the whole prefix too, stripped by its length). On a repeated
+    pass the values already peeled move to `<group>_outer`: with two stacked prefixes the
+    inner one, next to the message, is the writer of the message.
     """
+    hit = frame.select(pl.col("msg").str.contains(step.pattern))["msg"]
+    idx = hit.arg_true()
+    if idx.is_empty():
+        return frame, False
     groups = list(re.compile(step.pattern).groupindex)
-    found = pl.col("msg").str.extract_groups(f"^(?P<_all>(?:{step.pattern[1:]}))")
-    frame = frame.with_columns(found.alias("_x"))
-    hit = pl.col("_x").struct.field("_all").is_not_null()
-    if not frame.select(hit.any()).item():
-        return frame.drop("_x"), False
-    moved = [
-        pl.when(hit).then(pl.col(g)).otherwise(pl.col(g + _OUTER)).alias(g + _OUTER) for g in groups
-    ]
-    updates = [
-        pl.when(hit).then(pl.col("_x").struct.field(g)).otherwise(pl.col(g)).alias(g)
-        for g in groups
-    ]
-    strip = pl.col("_x").struct.field("_all").str.len_chars().fill_null(0)
-    frame = frame.with_columns(*(moved if again else []), *updates)
-    frame = frame.with_columns(
-        pl.col("msg").str.slice(strip),
-        (pl.col("_envelope") | hit).alias("_envelope") if step.record else pl.col("_envelope"),
+    found = (
+        frame["msg"]
+        .gather(idx)
+        .str.extract_groups(f"^(?P<_all>(?:{step.pattern[1:]}))")
+        .struct.unnest()
     )
-    return frame.drop("_x"), True
+    updates = [frame[g].scatter(idx, found[g]) for g in groups]
+    if again:
+        updates += [frame[g + _OUTER].scatter(idx, frame[g].gather(idx)) for g in groups]
+    stripped = frame["msg"].gather(idx).str.slice(found["_all"].str.len_chars())
+    updates.append(frame["msg"].scatter(idx, stripped))
+    if step.record:
+        updates.append(frame["_envelope"].scatter(idx, True))
+    return frame.with_columns(updates), True
 
 
 def apply_envelope(frame: pl.DataFrame, pack: FormatPack) -> pl.DataFrame:
@@ -105,23 +115,27 @@ def variant_index(event: Event, col: str = "msg") -> pl.Expr:
     return expr
 
 
-def _joined(frame: pl.DataFrame, cand: pl.DataFrame, event: Event) -> pl.DataFrame:
+def _joined(
+    frame: pl.DataFrame, cand: pl.DataFrame, event: Event, claimed: pl.Series
+) -> pl.DataFrame:
     """Candidates with `_jmsg` (the message with its continuation lines) and `_last` row.
 
     same_header: following lines carrying the identical logger header (vLLM repeats the
     header on every line of a multi-line message). backslash: following lines while the
-    previous one ends with a shell line continuation.
+    previous one ends with a shell line continuation. Lines an event already took are
+    never continuations.
     """
     n = frame.height
     idx = cand["_i"]
     joined, lines, last = cand["msg"], cand["clean"], idx
     going = pl.Series([True] * cand.height)
-    key = _header_key(frame) if event.join == "same_header" else None
+    same_header = event.join == "same_header"
+    key = _header_key(frame, idx) if same_header else None
     for k in range(1, event.join_max + 1):
         nxt = (idx + k).clip(upper_bound=n - 1)
-        ok = going & (idx + k < n) & frame["event"].gather(nxt).is_null()
+        ok = going & (idx + k < n) & ~claimed.gather(nxt)
         if key is not None:
-            ok = ok & (key.gather(nxt) == key.gather(idx)).fill_null(False)
+            ok = ok & (_header_key(frame, nxt) == key).fill_null(False)
             ok = ok & ~frame["msg"].gather(nxt).str.contains(event.literal, literal=True)
         else:
             prev = (idx + k - 1).clip(upper_bound=n - 1)
@@ -141,14 +155,17 @@ def _extend(ok: pl.Series, text: pl.Series, piece: pl.Series) -> pl.Series:
     return pl.select(pl.when(ok).then(text + "\n" + piece).otherwise(text)).to_series()
 
 
-def _header_key(frame: pl.DataFrame) -> pl.Series:
-    cols = ["proc", "pid", "level", "md", "hms", "srcfile", "srcline"]
-    present = [c for c in cols if c in frame.columns]
-    key = pl.concat_str([pl.col(c).fill_null("") for c in present], separator="|")
-    return frame.select(pl.when(pl.col("md").is_not_null()).then(key)).to_series()
+def _header_key(frame: pl.DataFrame, rows: pl.Series) -> pl.Series:
+    """The logger header of the given rows as one string (null where there is none)."""
+    cols = [c for c in _HEADER_COLS if c in frame.columns]
+    at = frame.select(pl.col(cols).gather(rows))
+    key = pl.concat_str([pl.col(c).fill_null("") for c in cols], separator="|")
+    return at.select(pl.when(pl.col("md").is_not_null()).then(key)).to_series()
 
 
-def _classify(frame: pl.DataFrame, cand: pl.DataFrame, event: Event) -> pl.DataFrame:
+def _classify(
+    frame: pl.DataFrame, cand: pl.DataFrame, event: Event, claimed: pl.Series
+) -> pl.DataFrame:
     """Candidates with `_variant`; joined messages first, the single line as fallback."""
     if event.join is None:
         return cand.with_columns(
@@ -156,14 +173,65 @@ def _classify(frame: pl.DataFrame, cand: pl.DataFrame, event: Event) -> pl.DataF
             pl.col("_i").alias("_last"),
             pl.lit(None, pl.String).alias("raw_lines"),
         )
-    cand = _joined(frame, cand, event).with_columns(variant_index(event, "_jmsg").alias("_jv"))
+    # Only a line that can start a multi-line message is worth joining.
+    can_start = (
+        pl.col("md").is_not_null()
+        if event.join == "same_header"
+        else pl.col("clean").str.ends_with("\\")
+    )
+    starts = cand.filter(can_start)
+    single = _classify(frame, cand.filter(~can_start), replace(event, join=None), claimed)
+    if starts.is_empty():
+        return single
+    cand = _joined(frame, starts, event, claimed)
+    cand = cand.with_columns(variant_index(event, "_jmsg").alias("_jv"))
     joined = pl.col("_jv").is_not_null() & (pl.col("_last") > pl.col("_i"))
-    return cand.with_columns(
+    cand = cand.with_columns(
         pl.coalesce("_jv", variant_index(event)).alias("_variant"),
         pl.when(joined).then("_last").otherwise("_i").alias("_last"),
         pl.when(joined).then("_jmsg").otherwise("msg").alias("msg"),
         pl.when(joined).then("_jraw").alias("raw_lines"),
     ).drop("_jv", "_jmsg", "_jraw")
+    return pl.concat([cand, single], how="diagonal_relaxed")
+
+
+@dataclass
+class _Claims:
+    """Rows each event took in a batch, applied to the frame once at the end."""
+
+    n: int
+    taken: list[tuple[str, pl.Series]]
+    misses: list[pl.Series]
+    mask: pl.Series  # rows some event took so far
+
+    def take(self, event_id: str, rows: pl.Series) -> None:
+        self.taken.append((event_id, rows))
+        self.mask.scatter(rows, True)
+
+    def columns(self) -> list[pl.Series]:
+        event = pl.Series("event", [None] * self.n, pl.String)
+        for event_id, rows in self.taken:
+            event = event.scatter(rows, event_id)
+        near = pl.Series("near_miss", [False] * self.n)
+        if self.misses:
+            near = near.scatter(pl.concat(self.misses), True)
+        # A line that matched an event is not a near miss of another event's literal.
+        return [event, near & event.is_null()]
+
+
+def _candidates(frame: pl.DataFrame, pack: FormatPack) -> dict[str, pl.Series]:
+    """Row indices of the lines holding each literal: one multi-literal scan of the batch."""
+    literals = sorted({e.literal for e in pack.events})
+    if not literals or frame.is_empty():
+        return {}
+    found = pl.col("msg").str.extract_many(literals, overlapping=True).alias("lit")
+    pairs = (
+        frame.select("_i", found)
+        .filter(pl.col("lit").list.len() > 0)
+        .explode("lit")
+        .unique(maintain_order=True)
+    )
+    return {str(k[0]): part["_i"] for k, part in pairs.partition_by("lit", as_dict=True).items()}
 
 
 def match_events(frame: pl.DataFrame, pack: FormatPack) -> tuple[pl.DataFrame, list[EventRows]]:
@@ -172,44 +240,30 @@ def match_events(frame: pl.DataFrame, pack: FormatPack) -> tuple[pl.DataFrame, l
     A line gets at most one event: the first, in pack order, whose variant matches. Lines
     a multi-line event consumed as its continuation get that event's id too.
     """
-    frame = frame.with_row_index("_i").with_columns(
-        pl.lit(None, pl.String).alias("event"),
-        pl.lit(False).alias("near_miss"),
-        pl.col("line_no").alias("line_end"),
-    )
+    frame = frame.with_row_index("_i").with_columns(pl.col("line_no").alias("line_end"))
+    n = frame.height
+    claims = _Claims(n, [], [], pl.Series("taken", [False] * n))
     out: list[EventRows] = []
-    literals = "|".join(re.escape(e.literal) for e in pack.events)
-    if literals:
-        pool = frame.filter(pl.col("msg").str.contains(literals))
-        for event in pack.events:
-            cand = pool.filter(pl.col("msg").str.contains(event.literal, literal=True))
-            if cand.is_empty():
-                continue
-            cand = _classify(frame, cand, event)
-            hits = cand.filter(pl.col("_variant").is_not_null())
-            if event.near_miss:
-                misses = cand.filter(pl.col("_variant").is_null())["_i"]
-                frame = frame.with_columns(frame["near_miss"].scatter(misses, True))
-            if hits.is_empty():
-                continue
-            frame, hits = _assign(frame, hits, event)
-            taken = frame.filter(pl.col("event").is_not_null())["_i"].implode()
-            pool = pool.filter(~pl.col("_i").is_in(taken))
-            out.append(EventRows(event, extract_fields(hits, event)))
-    # A line that matched an event is not a near miss of another event's literal.
-    frame = frame.with_columns((pl.col("near_miss") & pl.col("event").is_null()).alias("near_miss"))
-    return frame, out
-
-
-def _assign(
-    frame: pl.DataFrame, hits: pl.DataFrame, event: Event
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Mark the hit rows (and the continuation rows they consumed) with the event."""
-    spans = hits.select(pl.int_ranges("_i", pl.col("_last") + 1, dtype=pl.UInt32).alias("r"))
-    rows = spans.explode("r")["r"]
-    line_end = frame["line_no"].gather(hits["_last"])
-    frame = frame.with_columns(frame["event"].scatter(rows, event.id))
-    return frame, hits.with_columns(line_end.alias("line_end")).drop("_last")
+    candidates = _candidates(frame, pack)
+    for event in pack.events:
+        idx = candidates.get(event.literal)
+        if idx is None:
+            continue
+        idx = idx.filter(~claims.mask.gather(idx))
+        if idx.is_empty():
+            continue
+        cand = _classify(frame, frame[idx], event, claims.mask)
+        hits = cand.filter(pl.col("_variant").is_not_null())
+        if event.near_miss:
+            claims.misses.append(cand.filter(pl.col("_variant").is_null())["_i"])
+        if hits.is_empty():
+            continue
+        rows = hits.select(pl.int_ranges("_i", pl.col("_last") + 1, dtype=pl.UInt32).alias("r"))
+        claims.take(event.id, rows.explode("r")["r"])
+        line_end = frame["line_no"].gather(hits["_last"])
+        hits = hits.with_columns(line_end.alias("line_end")).drop("_last")
+        out.append(EventRows(event, extract_fields(hits, event)))
+    return frame.with_columns(claims.columns()), out
 
 
 def extract_fields(hits: pl.DataFrame, event: Event) -> pl.DataFrame:
@@ -225,7 +279,7 @@ def extract_fields(hits: pl.DataFrame, event: Event) -> pl.DataFrame:
             *[pl.lit(None, pl.String).alias(f) for f in event.fields if f not in groups],
         )
         parts.append(sub.drop("_g"))
-    typed = pl.concat(parts, how="vertical_relaxed")
+    typed = pl.concat(parts, how="diagonal_relaxed")
     for name, pattern in event.extract.items():
         found = pl.col("msg").str.extract(pattern, 1)
         typed = typed.with_columns(pl.coalesce(pl.col(name), found).alias(name))
