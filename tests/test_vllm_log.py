@@ -10,8 +10,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from kvdiag.analyzer.discover import classify_file
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.formats import load_pack
+from kvdiag.analyzer.ingest.lines import read_head
 from kvdiag.analyzer.ingest.logpipeline import lines_frame, parse_batch
 from kvdiag.analyzer.ingest.vllm_log import VllmLogIngester
 from kvdiag.analyzer.store import Store
@@ -68,6 +70,22 @@ def test_every_real_log_is_accounted_for_line_by_line(rel: str) -> None:
     assert acct.lines_total == lines
     assert acct.balanced(), acct
     assert acct.lines_undecodable == 0
+
+
+@pytest.mark.parametrize("rel", real_logs())
+def test_every_real_log_is_recognised_as_a_vllm_log(rel: str) -> None:
+    path = real(rel)
+    ingester, why = classify_file(path.name, read_head(path))
+    assert ingester is VllmLogIngester, why
+
+
+def test_other_engines_logs_are_not_taken_for_vllm() -> None:
+    others = sorted(shared("realdata", "issues").glob("sglang-*.log"))
+    others += sorted(shared("realdata", "issues").glob("tgi-*.log"))
+    assert others
+    for path in others:
+        ingester, _ = classify_file(path.name, read_head(path))
+        assert ingester is not VllmLogIngester, path.name
 
 
 # What each start-up fragment's text says about its pool: (file, event, fields).

@@ -62,7 +62,7 @@ def test_container_timestamp_gives_the_year_and_the_time(tmp_path: Path) -> None
     stats, (acct,) = read(tmp_path, year=2030)
     assert stats["ts"].to_list() == [datetime(2024, 12, 31, 23, 59, 58, 500000)]
     assert stats["ts_raw"].to_list() == ["12-31 15:59:58"]  # the server's own clock, as printed
-    assert "year 2024 from container timestamp (line 1)" in acct.notes
+    assert "year 2024 from container timestamp (server.log:1)" in acct.notes
 
 
 def test_year_option_comes_before_anchor_and_mtime(tmp_path: Path) -> None:
@@ -87,7 +87,7 @@ def test_mtime_never_dates_a_line_after_the_last_write(tmp_path: Path) -> None:
     write(tmp_path / "server.log", [stats_line("11-20", "10:00:00")], mtime)
     stats, (acct,) = read(tmp_path)
     assert stats["ts"].dt.year().to_list() == [2025]
-    assert acct.notes[0] == "year 2025 from file modification time (2026-03-01)"
+    assert acct.notes[0] == "year 2025 from modification time of server.log (2026-03-01)"
 
 
 def test_new_year_inside_a_file_advances_the_year(tmp_path: Path) -> None:
@@ -154,3 +154,18 @@ def test_formats_command_reads_a_fixture_folder() -> None:
     docs = {d["path"]: d for d in json.loads(result.stdout)}
     assert docs["server.log"]["coverage"] == 1.0
     assert docs["server.log"]["kind"] == "vllm_log"
+
+
+def test_glued_record_with_a_process_prefix_is_split_but_a_logging_prefix_is_not(
+    tmp_path: Path,
+) -> None:
+    first = stats_line("05-01", "10:00:00", 1, prefix="(APIServer pid=7) ")
+    glued = first + stats_line("05-01", "10:00:10", 2, prefix="(APIServer pid=7) ")
+    write(tmp_path / "server.log", [glued, stats_line("05-01", "10:00:20", 3, prefix="[vllm]")])
+    stats, (acct,) = read(tmp_path, year=2026)
+    ordered = stats.sort("ts")
+    assert ordered["running"].to_list() == [1, 2, 3]
+    assert ordered["source_line"].to_list() == [1, 1, 2]
+    assert ordered["process"].to_list() == ["APIServer", "APIServer", None]
+    assert ordered["repair"].to_list() == ["split glued line", "split glued line", None]
+    assert acct.lines_parsed == acct.lines_total == 2

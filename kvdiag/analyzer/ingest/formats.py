@@ -64,6 +64,7 @@ _EVENT_KEYS = {
     "join",
     "join_max",
     "near_miss",
+    "sniff",
     "config",
     "config_dict",
     "samples",
@@ -118,6 +119,7 @@ class Event:
     join: str | None  # how following lines continue the message (JOIN_MODES)
     join_max: int  # at most this many continuation lines
     near_miss: bool  # a line with the literal that matches no variant counts as unmatched
+    sniff: bool  # a line of this event alone marks a file as this pack's kind
     config: dict[str, str]  # canonical config key -> field that holds its value
     config_dict: str | None  # a pydict/argv field whose entries are config rows
     samples: tuple[Sample, ...]
@@ -259,6 +261,7 @@ def _event(where: str, raw: dict[str, Any]) -> Event:
         join=raw.get("join"),
         join_max=int(raw.get("join_max", 12)),
         near_miss=bool(raw.get("near_miss", True)),
+        sniff=bool(raw.get("sniff", True)),
         config={str(k): str(v) for k, v in raw.get("config", {}).items()},
         config_dict=raw.get("config_dict"),
         samples=samples,

@@ -84,8 +84,9 @@ def _peel(frame: pl.DataFrame, step: EnvelopeStep, again: bool) -> tuple[pl.Data
 
 def apply_envelope(frame: pl.DataFrame, pack: FormatPack) -> pl.DataFrame:
     """Add envelope columns and `msg` (the text after every prefix)."""
+    if "clean" not in frame.columns:
+        frame = frame.with_columns(clean_expr("text").alias("clean"))
     frame = frame.with_columns(
-        clean_expr("text").alias("clean"),
         *[pl.lit(None, pl.String).alias(c) for c in envelope_columns(pack)],
         pl.lit(False).alias("_envelope"),
     ).with_columns(pl.col("clean").alias("msg"))
@@ -224,13 +225,8 @@ def _candidates(frame: pl.DataFrame, pack: FormatPack) -> dict[str, pl.Series]:
     literals = sorted({e.literal for e in pack.events})
     if not literals or frame.is_empty():
         return {}
-    found = pl.col("msg").str.extract_many(literals, overlapping=True).alias("lit")
-    pairs = (
-        frame.select("_i", found)
-        .filter(pl.col("lit").list.len() > 0)
-        .explode("lit")
-        .unique(maintain_order=True)
-    )
+    found = pl.col("msg").str.extract_many(literals, overlapping=True).list.unique().alias("lit")
+    pairs = frame.select("_i", found).filter(pl.col("lit").list.len() > 0).explode("lit")
     return {str(k[0]): part["_i"] for k, part in pairs.partition_by("lit", as_dict=True).items()}
 
 

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 import polars as pl
 
 from kvdiag.analyzer.ingest.formats import FormatPack
-from kvdiag.analyzer.ingest.logparse import EventRows, apply_envelope, mark_records, match_events
+from kvdiag.analyzer.ingest.logparse import (
+    EventRows,
+    apply_envelope,
+    clean_expr,
+    mark_records,
+    match_events,
+)
 from kvdiag.analyzer.ingest.logtime import YearState, add_timestamps
 from kvdiag.analyzer.ingest.repair import (
     Repairs,
@@ -48,7 +54,8 @@ def parse_batch(
 ) -> Parsed:
     """Parse a batch (`line_no`, `text`); `year` adds timestamps, `repairs` counts fixes."""
     repairs = repairs if repairs is not None else Repairs()
-    frame = split_glued(batch, repairs)
+    # Colour codes can sit inside a header, so records are split on the cleaned text.
+    frame = split_glued(batch.with_columns(clean_expr("text").alias("clean")), repairs)
     frame = apply_envelope(frame, pack)
     frame = attribute_interleaved(frame, repairs)
     if year is not None:

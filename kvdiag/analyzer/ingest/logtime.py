@@ -54,13 +54,14 @@ def initial_year(ctx: IngestContext, path: Path, frame: pl.DataFrame) -> YearSta
     month_day = (int(first[0][:2]), int(first[0][3:5])) if first.len() else None
     month = month_day[0] if month_day else None
     if (stamp := _container_year(frame)) is not None:
-        return YearState(stamp[0], f"container timestamp (line {stamp[1]})")
+        return YearState(stamp[0], f"container timestamp ({path.name}:{stamp[1]})")
     if ctx.year is not None:
         return YearState(ctx.year, "--year option")
     if ctx.anchor is not None:
         return YearState(_near(ctx.anchor, month), f"{ctx.anchor_source} ({ctx.anchor.date()})")
     mtime = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
-    return YearState(_not_after(mtime, month_day), f"file modification time ({mtime.date()})")
+    source = f"modification time of {path.name} ({mtime.date()})"
+    return YearState(_not_after(mtime, month_day), source)
 
 
 def _near(anchor: datetime, month: int | None) -> int:

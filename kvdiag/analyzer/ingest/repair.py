@@ -57,14 +57,17 @@ class Repairs:
 
 
 def split_glued(batch: pl.DataFrame, repairs: Repairs) -> pl.DataFrame:
-    """Rows `line_no, part, text, repair`: glued records split into parts of their line."""
+    """Rows `line_no, part, text, clean, repair`: glued records split into parts of a line.
+
+    Works on `clean` (colour codes removed); a split piece's text is its clean text.
+    """
     frame = batch.with_columns(
         pl.lit(0, pl.Int32).alias("part"), pl.lit(None, pl.String).alias("repair")
     )
-    glued = frame.filter(pl.col("text").str.contains(_GLUED))
+    glued = frame.filter(pl.col("clean").str.contains(_GLUED))
     if glued.is_empty():
         return frame
-    pieces, rest = [], glued.select("line_no", "text")
+    pieces, rest = [], glued.select("line_no", pl.col("clean").alias("text"))
     for part in range(MAX_GLUED + 1):
         cut = pl.col("_s").struct.field("head").is_not_null()
         rest = rest.with_columns(pl.col("text").str.extract_groups(_SPLIT).alias("_s"))
@@ -82,7 +85,7 @@ def split_glued(batch: pl.DataFrame, repairs: Repairs) -> pl.DataFrame:
         return frame
     repairs.add("split glued records", [str(n) for n in lines.to_list()])
     split_rows = rows.filter(pl.col("line_no").is_in(lines.implode())).with_columns(
-        pl.lit("split glued line").alias("repair")
+        pl.col("text").alias("clean"), pl.lit("split glued line").alias("repair")
     )
     keep = frame.filter(~pl.col("line_no").is_in(lines.implode()))
     return pl.concat([keep, split_rows.select(keep.columns)]).sort("line_no", "part")

@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from kvdiag.analyzer.ingest.base import (
+    Account,
     Emit,
     IngestContext,
     Ingester,
@@ -33,18 +34,19 @@ from kvdiag.analyzer.ingest.logparse import (
     apply_envelope,
     parsed_expr,
 )
-from kvdiag.analyzer.ingest.logpipeline import Parsed, parse_batch
+from kvdiag.analyzer.ingest.logpipeline import Parsed, lines_frame, parse_batch
 from kvdiag.analyzer.ingest.logtime import YearState, initial_year
 from kvdiag.analyzer.ingest.repair import Repairs
 from kvdiag.analyzer.model import InputProblem, UnmatchedTemplate
 from kvdiag.analyzer.schema import table
 
 _SNIFF = re.compile(
-    r"(?m)^(?:\S+ )?(?:\([^)]*pid=\d+[^)]*\) )?"
+    r"(?m)^(?:\S+ |\[[^\]]*\] )?(?:\([^)]*pid=\d+[^)]*\) )?"
     r"(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-]+\.py:\d+\]"
 )
 _VLLM_WORDS = ("vllm", "vLLM", "KV cache", "Engine 000", "EngineCore", "gpu_executor")
 MAX_TEMPLATES = 500
+_SNIFF_LINES = 400
 
 
 @dataclass
@@ -100,27 +102,28 @@ def _identity() -> list[pl.Expr]:
     ]
 
 
-def _raw() -> pl.Expr:
-    """The line as read; a record spanning lines keeps all of them."""
-    return pl.coalesce("raw_lines", "clean").str.slice(0, MAX_STORED_LINE).alias("raw")
-
-
-def _table_frame(rows: pl.DataFrame, table_name: str, unit: InputUnit, rel: str) -> pl.DataFrame:
-    """Shape matched rows into a store table: provenance, envelope, then the event fields."""
-    declared = table(table_name).column_names
-    base = rows.with_columns(
+def _provenance(rows: pl.DataFrame, unit: InputUnit, rel: str) -> pl.DataFrame:
+    """Provenance and identity columns every row of a log table carries."""
+    raw = pl.coalesce("raw_lines", "clean")  # a record spanning lines keeps all of them
+    return rows.with_columns(
         pl.lit(rel).alias("source_path"),
         pl.col("line_no").alias("source_line"),
-        _raw(),
+        raw.str.slice(0, MAX_STORED_LINE).alias("raw"),
+        raw.str.len_bytes().alias("_raw_bytes"),
         pl.coalesce(pl.col("pod"), pl.lit(unit.replica)).alias("replica"),
         pl.col("proc").alias("process"),
         pl.col("pid").cast(pl.Int64, strict=False),
         pl.when(pl.col("line_end") != pl.col("line_no")).then("line_end").alias("source_line_end"),
         *_identity(),
     )
-    if "message" in declared and "message" not in base.columns:
-        base = base.with_columns(pl.col("msg").str.slice(0, MAX_STORED_LINE).alias("message"))
-    return base.select([c for c in declared if c in base.columns])
+
+
+def _table_frame(rows: pl.DataFrame, table_name: str) -> pl.DataFrame:
+    """The columns of a store table, from rows that carry provenance and event fields."""
+    declared = table(table_name).column_names
+    if "message" in declared and "message" not in rows.columns:
+        rows = rows.with_columns(pl.col("msg").str.slice(0, MAX_STORED_LINE).alias("message"))
+    return rows.select([c for c in declared if c in rows.columns])
 
 
 class VllmLogIngester(Ingester):
@@ -147,6 +150,8 @@ class VllmLogIngester(Ingester):
         hits = len(_SNIFF.findall(head))
         if hits and any(w in head for w in _VLLM_WORDS):
             return 90
+        if _sniff_events(load_pack(cls.pack_name), head):
+            return 60  # a pasted fragment: vLLM messages without the logger header
         return 40 if hits else 0
 
     @classmethod
@@ -166,46 +171,43 @@ class VllmLogIngester(Ingester):
     def _ingest_file(
         self, path: Path, rel: str, unit: InputUnit, ctx: IngestContext, year: YearState | None
     ) -> Generator[Emit, None, YearState | None]:
-        tally, templates, stats, repairs = Tally(), _Templates(), ReadStats(), Repairs()
-        counts: dict[str, int] = {}
-        for batch in iter_line_batches(path, stats):
+        state = _FileState()
+        for batch in iter_line_batches(path, state.read):
             if year is None:
                 year = initial_year(ctx, path, apply_envelope(batch.head(1000), self.pack))
-            parsed = parse_batch(batch, self.pack, year, repairs)
+            parsed = parse_batch(batch, self.pack, year, state.repairs)
             for rows in parsed.events:
-                yield from self._emit(rows, unit, rel, tally, counts)
-            self._count(batch.height, parsed, tally, templates)
-        if year is not None:
-            tally.notes.append(year.note())
-            if year.container_lines:
-                tally.notes.append(
-                    f"{year.container_lines} lines timed by their container timestamp (UTC)"
-                )
-        tally.notes += repairs.notes()
-        if counts:
-            tally.notes.append(
-                "events: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-            )
-        if stats.truncated:
-            yield InputProblem(rel, tally.total or None, stats.truncated)
-        yield tally.account(rel, templates.top())
+                yield from state.emit(rows, unit, rel)
+            state.count(batch.height, parsed)
+        if state.read.truncated:
+            yield InputProblem(rel, state.tally.total or None, state.read.truncated)
+        yield state.account(rel, year)
         return year
 
-    @staticmethod
-    def _emit(
-        rows: EventRows, unit: InputUnit, rel: str, tally: Tally, counts: dict[str, int]
-    ) -> Iterator[TableBatch]:
-        frame = decode_dicts(rows.frame, rows.event)
-        out = _table_frame(frame, rows.event.table, unit, rel)
-        tally.records += out.height
-        counts[rows.event.id] = counts.get(rows.event.id, 0) + out.height
+
+@dataclass
+class _FileState:
+    """What reading one file accumulates across its batches."""
+
+    tally: Tally = field(default_factory=Tally)
+    templates: _Templates = field(default_factory=_Templates)
+    read: ReadStats = field(default_factory=ReadStats)
+    repairs: Repairs = field(default_factory=Repairs)
+    events: dict[str, int] = field(default_factory=dict)
+    cut: int = 0  # stored rows whose raw text was cut to MAX_STORED_LINE
+
+    def emit(self, rows: EventRows, unit: InputUnit, rel: str) -> Iterator[TableBatch]:
+        frame = _provenance(decode_dicts(rows.frame, rows.event), unit, rel)
+        out = _table_frame(frame, rows.event.table)
+        self.tally.records += out.height
+        self.events[rows.event.id] = self.events.get(rows.event.id, 0) + out.height
+        self.cut += int(frame.select((pl.col("_raw_bytes") > MAX_STORED_LINE).sum()).item())
         yield TableBatch(rows.event.table, out)
-        config = config_rows(_table_frame_all(frame, unit, rel), rows.event)
+        config = config_rows(frame, rows.event)
         if config is not None:
             yield TableBatch("config", config)
 
-    @staticmethod
-    def _count(lines: int, parsed: Parsed, tally: Tally, templates: _Templates) -> None:
+    def count(self, lines: int, parsed: Parsed) -> None:
         """Per physical line: parsed only when every piece of it is (glued lines split)."""
         bad_text = pl.col("text").str.contains("\ufffd", literal=True)
         pieces = parsed.frame.select(
@@ -220,18 +222,34 @@ class VllmLogIngester(Ingester):
             (~pl.col("p") & pl.col("bad")).sum().alias("u"),
             (~pl.col("p") & ~pl.col("bad")).sum().alias("n"),
         ).row(0)
-        tally.total += lines
-        tally.parsed += int(flags[0])
-        tally.undecodable += int(flags[1])
-        tally.unmatched += int(flags[2])
-        templates.add(pieces.filter(~pl.col("p") & ~pl.col("bad")).select("line_no", "clean"))
+        self.tally.total += lines
+        self.tally.parsed += int(flags[0])
+        self.tally.undecodable += int(flags[1])
+        self.tally.unmatched += int(flags[2])
+        unmatched = pieces.filter(~pl.col("p") & ~pl.col("bad")).select("line_no", "clean")
+        self.templates.add(unmatched)
+
+    def account(self, rel: str, year: YearState | None) -> Account:
+        notes = self.tally.notes
+        if year is not None:
+            notes.append(year.note())
+            if year.container_lines:
+                notes.append(
+                    f"{year.container_lines} lines timed by their container timestamp (UTC)"
+                )
+        notes += self.repairs.notes()
+        if self.cut:
+            notes.append(f"raw text of {self.cut} records cut to {MAX_STORED_LINE} characters")
+        if self.events:
+            notes.append("events: " + ", ".join(f"{k} {v}" for k, v in sorted(self.events.items())))
+        return self.tally.account(rel, self.templates.top())
 
 
-def _table_frame_all(rows: pl.DataFrame, unit: InputUnit, rel: str) -> pl.DataFrame:
-    """Provenance columns for config rows (replica from a pod prefix when printed)."""
-    return rows.with_columns(
-        pl.lit(rel).alias("source_path"),
-        pl.col("line_no").alias("source_line"),
-        _raw(),
-        pl.coalesce(pl.col("pod"), pl.lit(unit.replica)).alias("replica"),
-    )
+def _sniff_events(pack: FormatPack, head: str) -> bool:
+    """Whether the head holds a vLLM-specific event (header or not)."""
+    literals = {e.literal for e in pack.events if e.sniff}
+    if not any(lit in head for lit in literals):
+        return False  # the common case (scrapes, tables) costs a few substring tests
+    lines = head.split("\n")[:_SNIFF_LINES]
+    parsed = parse_batch(lines_frame(lines), pack)
+    return any(rows.event.sniff for rows in parsed.events)
