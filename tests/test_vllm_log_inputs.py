@@ -10,10 +10,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvdiag.analyzer.discover import discover
 from kvdiag.analyzer.ingest.base import Account, IngestContext, TableBatch
-from kvdiag.analyzer.ingest.vllm_log import VllmLogIngester
+from kvdiag.analyzer.ingest.formats import load_pack
+from kvdiag.analyzer.ingest.logpipeline import lines_frame, parse_batch
+from kvdiag.analyzer.ingest.vllm_log import VllmLogIngester, _FileState
 from tests.conftest import FIXTURES, run_cli
 
 _STATS = (
@@ -169,3 +173,32 @@ def test_glued_record_with_a_process_prefix_is_split_but_a_logging_prefix_is_not
     assert ordered["process"].to_list() == ["APIServer", "APIServer", None]
     assert ordered["repair"].to_list() == ["split glued line", "split glued line", None]
     assert acct.lines_parsed == acct.lines_total == 2
+
+
+_PIECES = st.sampled_from(
+    [
+        "INFO 05-01 10:00:00 [loggers.py:1] ",
+        "(Worker_TP1 pid=9) ",
+        "Engine 000: Avg prompt throughput: 1.0 tokens/s, ",
+        "Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: 5.0%",
+        "GPU KV cache size: 1,024 tokens",
+        "\x1b[32m",
+        "\r",
+        "\\",
+        '  File "x.py", line 1',
+        "\ufffd",
+        ' - "GET / HTTP/1.1" 200',
+    ]
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(_PIECES | st.text(max_size=12), max_size=5).map("".join), max_size=12))
+def test_any_lines_are_accounted_for(lines: list[str]) -> None:
+    """Whatever the lines hold, each is parsed, unmatched or undecodable, exactly once."""
+    state = _FileState()
+    batch = lines_frame([line.replace("\n", " ") for line in lines])
+    state.count(batch.height, parse_batch(batch, load_pack("vllm_log")))
+    acct = state.account("x.log", None)
+    assert acct.lines_total == len(lines)
+    assert acct.balanced()

@@ -26,16 +26,9 @@ _CONTROL = r"[\x00-\x08\x0b-\x1f\x7f]"
 _UNCLEAN = f"{_ANSI}|{_CONTROL}"  # one pass: escape sequences first, then stray controls
 
 MAX_STORED_LINE = 4096  # raw text kept per stored row; longer lines are cut (and say so)
-_OUTER = "_outer"
-_HEADER_COLS = (
-    "proc",
-    "pid",
-    "level",
-    "md",
-    "hms",
-    "srcfile",
-    "srcline",
-)  # suffix of the columns a stacked (repeated) prefix moves outward to
+_OUTER = "_outer"  # suffix of the columns a stacked (repeated) prefix moves outward to
+# The logger header: lines of one multi-line message repeat it exactly.
+_HEADER_COLS = ("proc", "pid", "level", "md", "hms", "srcfile", "srcline")
 
 
 def clean_expr(col: str = "text") -> pl.Expr:
@@ -129,7 +122,7 @@ def _joined(
     n = frame.height
     idx = cand["_i"]
     joined, lines, last = cand["msg"], cand["clean"], idx
-    going = pl.Series([True] * cand.height)
+    going = pl.Series([True] * cand.height, dtype=pl.Boolean)
     same_header = event.join == "same_header"
     key = _header_key(frame, idx) if same_header else None
     for k in range(1, event.join_max + 1):
@@ -213,7 +206,7 @@ class _Claims:
         event = pl.Series("event", [None] * self.n, pl.String)
         for event_id, rows in self.taken:
             event = event.scatter(rows, event_id)
-        near = pl.Series("near_miss", [False] * self.n)
+        near = pl.Series("near_miss", [False] * self.n, pl.Boolean)
         if self.misses:
             near = near.scatter(pl.concat(self.misses), True)
         # A line that matched an event is not a near miss of another event's literal.
@@ -238,7 +231,7 @@ def match_events(frame: pl.DataFrame, pack: FormatPack) -> tuple[pl.DataFrame, l
     """
     frame = frame.with_row_index("_i").with_columns(pl.col("line_no").alias("line_end"))
     n = frame.height
-    claims = _Claims(n, [], [], pl.Series("taken", [False] * n))
+    claims = _Claims(n, [], [], pl.Series("taken", [False] * n, pl.Boolean))
     out: list[EventRows] = []
     candidates = _candidates(frame, pack)
     for event in pack.events:

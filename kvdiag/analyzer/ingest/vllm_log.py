@@ -109,7 +109,7 @@ def _provenance(rows: pl.DataFrame, unit: InputUnit, rel: str) -> pl.DataFrame:
         pl.lit(rel).alias("source_path"),
         pl.col("line_no").alias("source_line"),
         raw.str.slice(0, MAX_STORED_LINE).alias("raw"),
-        raw.str.len_bytes().alias("_raw_bytes"),
+        raw.str.len_chars().alias("_raw_chars"),
         pl.coalesce(pl.col("pod"), pl.lit(unit.replica)).alias("replica"),
         pl.col("proc").alias("process"),
         pl.col("pid").cast(pl.Int64, strict=False),
@@ -201,7 +201,7 @@ class _FileState:
         out = _table_frame(frame, rows.event.table)
         self.tally.records += out.height
         self.events[rows.event.id] = self.events.get(rows.event.id, 0) + out.height
-        self.cut += int(frame.select((pl.col("_raw_bytes") > MAX_STORED_LINE).sum()).item())
+        self.cut += int(frame.select((pl.col("_raw_chars") > MAX_STORED_LINE).sum()).item())
         yield TableBatch(rows.event.table, out)
         config = config_rows(frame, rows.event)
         if config is not None:
