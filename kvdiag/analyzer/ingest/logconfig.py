@@ -121,7 +121,7 @@ def _mapped(rows: pl.DataFrame, event: Event) -> pl.DataFrame | None:
             "raw",
             "replica",
             pl.lit(key).alias("key"),
-            _as_text(pl.col(field)).alias("value"),
+            pl.col(field).cast(pl.String).alias("value"),
         )
         for key, field in event.config.items()
         if field in rows.columns
@@ -131,10 +131,6 @@ def _mapped(rows: pl.DataFrame, event: Event) -> pl.DataFrame | None:
     return pl.concat(frames).with_columns(
         pl.lit("log").alias("origin"), pl.lit("vllm").alias("engine")
     )
-
-
-def _as_text(col: pl.Expr) -> pl.Expr:
-    return col.cast(pl.String)
 
 
 def _from_dict(rows: pl.DataFrame, event: Event) -> pl.DataFrame | None:

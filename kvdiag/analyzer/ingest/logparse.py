@@ -65,7 +65,11 @@ def _peel(frame: pl.DataFrame, step: EnvelopeStep, again: bool) -> tuple[pl.Data
         .str.extract_groups(f"^(?P<_all>(?:{step.pattern[1:]}))")
         .struct.unnest()
     )
-    updates = [frame[g].scatter(idx, found[g]) for g in groups]
+    # An empty capture (an optional prefix that is absent) keeps what an earlier step found.
+    updates = [
+        frame[g].scatter(idx, found[g].replace("", None).fill_null(frame[g].gather(idx)))
+        for g in groups
+    ]
     if again:
         updates += [frame[g + _OUTER].scatter(idx, frame[g].gather(idx)) for g in groups]
     stripped = frame["msg"].gather(idx).str.slice(found["_all"].str.len_chars())
