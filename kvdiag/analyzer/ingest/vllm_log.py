@@ -211,12 +211,18 @@ class _FileState:
         """Per physical line: parsed only when every piece of it is (glued lines split)."""
         bad_text = pl.col("text").str.contains("\ufffd", literal=True)
         pieces = parsed.frame.select(
-            "line_no", "clean", parsed_expr().alias("p"), bad_text.alias("bad")
+            "line_no", "part", "clean", parsed_expr().alias("p"), bad_text.alias("bad")
         )
-        if pieces.height != lines:
-            pieces = pieces.group_by("line_no", maintain_order=True).agg(
-                pl.col("p").all(), pl.col("bad").any(), pl.col("clean").str.join("")
+        if pieces.height != lines:  # only the few split lines need grouping
+            split = pieces.filter(pl.col("part") > 0)["line_no"].unique().implode()
+            whole = pieces.filter(pl.col("line_no").is_in(split))
+            grouped = whole.group_by("line_no", maintain_order=True).agg(
+                pl.col("part").first(),
+                pl.col("clean").str.join(""),
+                pl.col("p").all(),
+                pl.col("bad").any(),
             )
+            pieces = pl.concat([pieces.filter(~pl.col("line_no").is_in(split)), grouped])
         flags = pieces.select(
             pl.col("p").sum().alias("p"),
             (~pl.col("p") & pl.col("bad")).sum().alias("u"),
