@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from kvdiag.analyzer.discover import classify_file
+from kvdiag.analyzer.ingest import lines as line_reader
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.formats import load_pack
 from kvdiag.analyzer.ingest.lines import read_head
@@ -311,3 +312,33 @@ def test_oom_numbers_are_extracted_in_bytes() -> None:
     assert oom["tried_bytes"] == round(3.50 * 2**30)
     assert oom["process_bytes"] == round(20.57 * 2**30)
     assert oom["gpu"] == 0
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "issues/vllm-v0-memprofile-table-pr-4.log",
+        "issues/vllm-v0-stats-wrapped-4.log",
+        "issues/vllm-v1-0.10.2-tp8-kv-init-9.log",
+        "issues/vllm-v1-0.10.2-tp8-startup-head-7.log",
+        "vllm-cpu/e-startup-refusal/server.log",
+    ],
+)
+def test_batch_boundaries_never_cut_a_record_apart(
+    rel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Multi-line messages, wraps and stacked prefixes read the same in tiny batches."""
+    path = real(rel)
+    whole_tables, (whole,) = ingest(path)
+    monkeypatch.setattr(line_reader, "BATCH_BYTES", 300)
+    tiny_tables, (tiny,) = ingest(path)
+    assert (tiny.lines_parsed, tiny.lines_unmatched, tiny.records) == (
+        whole.lines_parsed,
+        whole.lines_unmatched,
+        whole.records,
+    )
+    assert tiny.notes == whole.notes
+    for name, frame in whole_tables.items():
+        key = ["source_line", "key" if name == "config" else "ts"]
+        cols = sorted(frame.columns)
+        assert tiny_tables[name].select(cols).sort(key).equals(frame.select(cols).sort(key)), name

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
+from kvdiag.analyzer.ingest import lines as line_reader
 from kvdiag.analyzer.ingest.base import (
     Account,
     Emit,
@@ -47,6 +48,14 @@ _SNIFF = re.compile(
 _VLLM_WORDS = ("vllm", "vLLM", "KV cache", "Engine 000", "EngineCore", "gpu_executor")
 MAX_TEMPLATES = 500
 _SNIFF_LINES = 400
+# A batch may end only where a new record starts, so that multi-line messages, wrapped
+# lines and interleaved prefixes are never cut apart; the cut is sought in its last lines.
+_HEADER_AT_START = re.compile(
+    r"^(?:\S+ |\[[^\]]*\] )?(?:\S*\([^)]*pid=\d+[^)]*\) )*"
+    r"\S{0,40}?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) "
+    r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+:\d+\]"
+)
+_CUT_SEARCH = 64
 
 
 @dataclass
@@ -172,7 +181,7 @@ class VllmLogIngester(Ingester):
         self, path: Path, rel: str, unit: InputUnit, ctx: IngestContext, year: YearState | None
     ) -> Generator[Emit, None, YearState | None]:
         state = _FileState()
-        for batch in iter_line_batches(path, state.read):
+        for batch in _record_aligned(iter_line_batches(path, state.read, line_reader.BATCH_BYTES)):
             if year is None:
                 year = initial_year(ctx, path, apply_envelope(batch.head(1000), self.pack))
             parsed = parse_batch(batch, self.pack, year, state.repairs)
@@ -249,6 +258,40 @@ class _FileState:
         if self.events:
             notes.append("events: " + ", ".join(f"{k} {v}" for k, v in sorted(self.events.items())))
         return self.tally.account(rel, self.templates.top())
+
+
+def _cut_point(texts: list[str]) -> int:
+    """Index of the last line that starts a record of its own (0: none found)."""
+    for i in range(len(texts) - 1, 0, -1):
+        head = _HEADER_AT_START.match(texts[i])
+        if head is None or texts[i - 1].endswith("\\"):
+            continue
+        before = _HEADER_AT_START.match(texts[i - 1])
+        if before is None or before.group(0) != head.group(0):
+            return i
+    return 0
+
+
+def _record_aligned(batches: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+    """Batches that end where a record starts; the rest moves on to the next batch."""
+    carry: pl.DataFrame | None = None
+    for batch in batches:
+        if carry is not None:
+            batch = pl.concat([carry, batch])
+        tail = batch.tail(_CUT_SEARCH)
+        cut = _cut_point(tail["text"].to_list())
+        if cut == 0 and batch.height < _CUT_SEARCH:  # too short to judge: read on
+            carry = batch
+            continue
+        if cut == 0:  # no record starts in the last lines: cut at the end, as read
+            carry = None
+            yield batch
+            continue
+        keep = batch.height - tail.height + cut
+        carry = batch.slice(keep)
+        yield batch.head(keep)
+    if carry is not None:
+        yield carry
 
 
 def _sniff_events(pack: FormatPack, head: str) -> bool:
