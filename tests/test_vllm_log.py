@@ -189,10 +189,22 @@ def test_tp8_log_has_one_pool_row_per_rank_and_a_group_minimum() -> None:
     assert per_rank["rank"].to_list() == list(range(8))
     assert per_rank["ep_rank"].to_list() == list(range(8))
     assert per_rank["process"].to_list() == [f"Worker_TP{r}_EP{r}" for r in range(8)]
-    sizes = rows(tables, "log_kv_pool", "kv_cache_size")
-    assert sorted(sizes["tokens"].to_list()) == sorted(
-        [238208, 237392, 237344, 237520, 238256, 237344, 237392, 237520]
-    )
+    # Lines 9-16: TP6 10.64, TP2 10.64, TP7 10.65, TP0 10.68, TP4 10.68, TP5 10.64, ...
+    assert per_rank["gib"].to_list() == [10.68, 10.64, 10.64, 10.65, 10.68, 10.64, 10.64, 10.65]
+    sizes = rows(tables, "log_kv_pool", "kv_cache_size").sort("source_line")
+    assert sizes["tokens"].to_list() == [
+        238208,
+        237392,
+        237344,
+        237520,
+        238256,
+        237344,
+        237392,
+        237520,
+    ]
+    concurrency = rows(tables, "log_kv_pool", "max_concurrency").sort("source_line")
+    assert concurrency["concurrency"].to_list() == [7.27, 7.24, 7.24, 7.25, 7.27, 7.24, 7.24, 7.25]
+    assert set(concurrency["max_model_len"]) == {32768}
     assert rows(tables, "log_memory", "free_memory")["rank"].sort().to_list() == list(range(8))
     store = Store()
     try:
