@@ -104,8 +104,14 @@ def test_real_run_facts_name_their_sources_and_defaults() -> None:
     facts = doc["facts"]
     assert facts["enable_prefix_caching"]["value"] is False
     assert facts["tensor_parallel_size"]["value"] == 1
-    assert facts["tensor_parallel_size"]["source"] is None
-    assert facts["tensor_parallel_size"]["note"].startswith("default for vLLM 0.32.0")
+    # The engine's config line states it, which beats the version default.
+    assert facts["tensor_parallel_size"]["source"] == {"path": "server.log", "line": 16}
+    assert (
+        "tensor_parallel_size=1"
+        in (FIXTURES / "vllm-c-prefill-peak-noprefix" / "incident" / "server.log")
+        .read_text()
+        .splitlines()[15]
+    )
     per_token = facts["kv_bytes_per_token"]
     assert per_token["value"] == 2048 and per_token["source"]["path"] == "launch.txt"
     assert per_token["note"] == (

@@ -57,17 +57,17 @@ def test_colour_on_a_tty_and_none_with_no_color() -> None:
     out, _, _ = _run_with_ttys(args, stdout_tty=True, stderr_tty=False, env={})
     assert b"VERDICT  \x1b[" in out
     out, _, _ = _run_with_ttys(args, stdout_tty=True, stderr_tty=False, env={"NO_COLOR": "1"})
-    assert b"\x1b[" not in out and b"VERDICT  insufficient_evidence" in out
+    assert b"\x1b[" not in out and b"VERDICT  unservable_config" in out
     out, _, _ = _run_with_ttys(args, stdout_tty=False, stderr_tty=False, env={})
-    assert b"\x1b[" not in out and b"VERDICT  insufficient_evidence" in out
+    assert b"\x1b[" not in out and b"VERDICT  unservable_config" in out
 
 
 def test_progress_goes_to_stderr_and_never_into_stdout() -> None:
     args = ["analyze", str(SMALL), "-f", "json"]
     out, err, code = _run_with_ttys(args, stdout_tty=False, stderr_tty=True, env={})
-    assert code == 0
+    assert code == 1  # the refused start is an error-level finding
     assert b"reading server.log" in err  # the progress line: stderr is a terminal
-    assert json.loads(out)["verdict"]["primary"] == "insufficient_evidence"  # pure JSON
+    assert json.loads(out)["verdict"]["primary"] == "unservable_config"  # pure JSON
 
 
 def test_findings_table_is_compact() -> None:

@@ -14,6 +14,7 @@ import click
 from kvdiag import __version__
 from kvdiag.analyzer.atomic import write_atomic
 from kvdiag.analyzer.cli_collect import collect_cmd
+from kvdiag.analyzer.cli_formats import formats_cmd
 from kvdiag.analyzer.errors import KvdiagError
 from kvdiag.analyzer.examples import EXAMPLES, example_path
 from kvdiag.analyzer.exitcodes import ExitCode, exit_code_table
@@ -310,6 +311,9 @@ def tables() -> None:
         click.echo(f"{t.name}: {t.doc}")
         for c in t.columns:
             click.echo(f"    {c.name:<18} {c.type:<10} {c.doc}")
+
+
+cli.add_command(formats_cmd)
 
 
 def main(argv: list[str] | None = None) -> None:

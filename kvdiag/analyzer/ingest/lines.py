@@ -3,6 +3,9 @@
 A line ends at `\\n` (so numbers agree with `grep -n` and editors; a bare `\\r` from a
 progress bar stays inside its line). Gzip files are read transparently. Invalid UTF-8
 bytes become U+FFFD and the line is counted as undecodable by the caller.
+
+Rotated sets (`vllm.log`, `vllm.log.1`, `vllm.log.2.gz`) share a base name; the highest
+number is the oldest, so reading them in `chronological` order merges them by time.
 """
 
 from __future__ import annotations
@@ -10,19 +13,23 @@ from __future__ import annotations
 import codecs
 import gzip
 import io
+import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import polars as pl
 
-BATCH_BYTES = 32 << 20
+# ~100k lines a batch: a parsed batch holds a dozen columns per line, so this keeps a log
+# parse near 400 MB resident (32 MB batches: about 1 GB) at the same speed.
+BATCH_BYTES = 8 << 20
 # polars' CSV reader splits lines fast; we give it a column separator that cannot occur
 # (it is replaced before parsing) so each line lands whole in one column.
 _SEP = b"\x1f"
 _GZIP_MAGIC = b"\x1f\x8b"
+_ROTATED = re.compile(r"^(?P<base>.+?)(?:\.(?P<n>\d{1,4}))?(?P<gz>\.gz)?$")
 
 
 @dataclass
@@ -115,3 +122,23 @@ def iter_line_batches(
             yield frame
     if carry:
         yield _frame(carry + b"\n", next_line)
+
+
+def rotation_base(rel: str) -> str | None:
+    """The base path of a rotated or compressed log (`a/vllm.log.2.gz` -> `a/vllm.log`)."""
+    folder, _, name = rel.rpartition("/")
+    m = _ROTATED.match(name)
+    if m is None or (m["n"] is None and m["gz"] is None):
+        return None
+    return f"{folder}/{m['base']}" if folder else m["base"]
+
+
+def _rotation_index(rel: str) -> int:
+    m = _ROTATED.match(rel.rpartition("/")[2])
+    return int(m["n"]) if m is not None and m["n"] is not None else 0
+
+
+def chronological(files: Sequence[Path], rels: Sequence[str]) -> list[tuple[Path, str]]:
+    """Members of a rotated set, oldest first (`.2.gz`, `.1`, then the live file)."""
+    pairs = list(zip(files, rels, strict=True))
+    return sorted(pairs, key=lambda pr: (-_rotation_index(pr[1]), pr[1]))

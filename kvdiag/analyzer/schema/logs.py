@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
-from kvdiag.analyzer.schema.base import LOG_ENVELOPE, Table, cols
+from kvdiag.analyzer.schema.base import LOG_ENVELOPE as _BASE_ENVELOPE
+from kvdiag.analyzer.schema.base import Table, cols
+
+# Log identity and provenance beyond the shared envelope: the other parallel ranks a
+# process name gives, and how a record was rebuilt when it spans or shares lines.
+LOG_ENVELOPE = _BASE_ENVELOPE + cols(
+    (
+        "dp_rank",
+        "INTEGER",
+        "data-parallel rank from the process name (EngineCore_DP1, Worker_DP1_TP0)",
+    ),
+    ("pp_rank", "INTEGER", "pipeline-parallel rank from the process name (Worker_PP1_TP0)"),
+    ("ep_rank", "INTEGER", "expert-parallel rank from the process name (Worker_TP3_EP3)"),
+    ("source_line_end", "BIGINT", "last line of a record spanning several lines; NULL for one"),
+    (
+        "repair",
+        "VARCHAR",
+        "how the record was rebuilt: 'split glued line', 'rejoined wrapped line', "
+        "'attributed interleaved prefix'; NULL when read as is",
+    ),
+)
 
 LOG_TABLES: tuple[Table, ...] = (
     Table(
@@ -19,6 +39,7 @@ LOG_TABLES: tuple[Table, ...] = (
             ("total_gib", "DOUBLE", "memory the pool was carved from, when printed"),
             ("max_model_len", "BIGINT", "max_model_len the concurrency refers to"),
             ("concurrency", "DOUBLE", "maximum concurrency at max_model_len"),
+            ("engine_idx", "INTEGER", "the `Engine 000:` index, where printed"),
         ),
     ),
     Table(
@@ -45,6 +66,10 @@ LOG_TABLES: tuple[Table, ...] = (
             ("new_tokens", "BIGINT", "tokens prefilled in this batch (SGLang #new-token)"),
             ("cached_tokens", "BIGINT", "prompt tokens served from the prefix cache (SGLang)"),
             ("event", "VARCHAR", "line shape: stats_v0, stats_v1, sglang_decode, sglang_prefill"),
+            ("spec_mean_accept_len", "DOUBLE", "speculative decoding: mean acceptance length"),
+            ("spec_accept_pct", "DOUBLE", "speculative decoding: draft acceptance rate, percent"),
+            ("spec_accepted_tokens", "BIGINT", "speculative decoding: tokens accepted"),
+            ("spec_drafted_tokens", "BIGINT", "speculative decoding: tokens drafted"),
         ),
     ),
     Table(
@@ -66,6 +91,8 @@ LOG_TABLES: tuple[Table, ...] = (
             ("enable_prefix_caching", "VARCHAR", "True | False | None as printed"),
             ("device", "VARCHAR", "device_config: cuda, cpu, ..."),
             ("quantization", "VARCHAR", "quantization method"),
+            ("args", "VARCHAR", "non-default args as JSON, or the launch command as printed"),
+            ("max_num_batched_tokens", "BIGINT", "scheduler token budget (chunked prefill line)"),
         ),
     ),
     Table(
@@ -90,6 +117,10 @@ LOG_TABLES: tuple[Table, ...] = (
             ("initial_used_gib", "DOUBLE", "memory in use before the engine started, GiB"),
             ("kv_cache_memory_bytes", "BIGINT", "a suggested or current --kv-cache-memory value"),
             ("seconds", "DOUBLE", "duration the line reports"),
+            ("peak_torch_gib", "DOUBLE", "peak PyTorch memory during profiling (0.6.4), GiB"),
+            ("consumed_gib", "DOUBLE", "weights + non-torch memory as one figure (0.27+), GiB"),
+            ("kv_full_bytes", "BIGINT", "--kv-cache-memory that would fill the device"),
+            ("kv_in_use_bytes", "BIGINT", "KV cache memory in use at start-up, bytes"),
         ),
     ),
     Table(
@@ -145,6 +176,8 @@ LOG_TABLES: tuple[Table, ...] = (
                 "VARCHAR",
                 "JSON list of {pid, bytes} from 'Process N has X in use'",
             ),
+            ("event", "VARCHAR", "cuda_oom"),
+            ("reserved_bytes", "BIGINT", "reserved in total by PyTorch (torch < 2.1 wording)"),
         ),
     ),
     Table(
