@@ -83,12 +83,18 @@ def _ruled_out(
 
 
 def _insufficient(
+    findings: Sequence[Finding],
     facts: Mapping[str, Fact | tuple[Fact, ...]],
     missing: Sequence[MissingEvidence],
     ruled_out: Sequence[RuledOut],
 ) -> Verdict:
     waited = _value(facts, "max_requests_waiting")
-    if waited:
+    # An error that stops any KV judgement (the engine never started) says more than a
+    # list of missing files.
+    blocking = [f for f in findings if f.implies is None and f.severity is Severity.ERROR]
+    if blocking:
+        summary = f"No KV verdict: {blocking[0].title}."
+    elif waited:
         summary = (
             f"Requests waited (up to {waited:.0f}) but no rule explains why; kvdiag will not "
             "call a queue healthy."
@@ -146,4 +152,4 @@ def classify(
             healthy[0].title,
             _ruled_out(ruled_out, (cls,)),
         )
-    return _insufficient(facts, missing, ruled_out)
+    return _insufficient(findings, facts, missing, ruled_out)

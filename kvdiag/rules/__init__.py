@@ -7,6 +7,7 @@ from kvdiag.rules.kv101_unservable_config import UnservableConfig
 from kvdiag.rules.kv102_shrunken_pool import ShrunkenPool
 from kvdiag.rules.kv103_memory_overcommit import MemoryOvercommit
 from kvdiag.rules.kv104_gpu_imbalance import GpuImbalance
+from kvdiag.rules.kv105_engine_start_failed import EngineStartFailed
 from kvdiag.rules.kv201_padding_waste import PaddingWaste
 from kvdiag.rules.kv202_prefill_peak import PrefillPeak
 from kvdiag.rules.kv301_saturation import KvSaturation
@@ -19,6 +20,7 @@ RULES: tuple[type[Rule], ...] = (
     ShrunkenPool,
     MemoryOvercommit,
     GpuImbalance,
+    EngineStartFailed,
     PaddingWaste,
     PrefillPeak,
     KvSaturation,

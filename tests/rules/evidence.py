@@ -1,4 +1,8 @@
-"""Evidence must point at real lines: the excerpt is the start of the cited line."""
+"""Evidence must point at real lines: the excerpt is the start of the cited line.
+
+A record that spans lines (vLLM's multi-line messages, rejoined wrapped lines) is cited at
+its first line and its excerpt holds the following lines too.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ def assert_evidence_points_at_real_lines(incident: Path, doc: dict[str, Any]) ->
             # Lines end at \n only (a bare \r from a progress bar stays inside its line).
             lines = path.read_bytes().split(b"\n")
             assert 1 <= ev["line"] <= len(lines), (finding["code"], ev)
-            line = lines[ev["line"] - 1].decode("utf-8", "replace").replace("\r", "")
             expected = ev["excerpt"].rstrip("…").strip()
-            assert line.strip().startswith(expected), (finding["code"], ev, line)
+            span = lines[ev["line"] - 1 : ev["line"] - 1 + expected.count("\n") + 1]
+            text = "\n".join(b.decode("utf-8", "replace").replace("\r", "").strip() for b in span)
+            assert text.startswith(expected), (finding["code"], ev, text)
