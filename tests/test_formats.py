@@ -139,9 +139,9 @@ def test_sample_sources_name_where_they_came_from() -> None:
         samples += [s for st in pack.envelope for s in st.samples]
         for s in samples:
             assert s.source, s.line
-            # Real lines name their file under ../shared/realdata; the others say how they
-            # were built.
-            real = s.source.startswith(("issues/", "vllm-cpu/", "../shared/"))
+            # Real lines name their file under ../shared/realdata or the repo's recorded
+            # fixtures; the others say how they were built.
+            real = s.source.startswith(("issues/", "vllm-cpu/", "../shared/", "fixtures/"))
             assert real or s.source.startswith("constructed"), s.source
 
 

@@ -53,7 +53,9 @@ def reference_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
         start = bounds[b - 1]
         count -= counts[b - 1]
         rank -= counts[b - 1]
-    return start + (bounds[b] - start) * (rank / count)
+    # Go's float division: 0/0 is NaN (q = 0 with an empty first bucket), not an error.
+    fraction = rank / count if count else math.nan
+    return start + (bounds[b] - start) * fraction
 
 
 def _bucket_rows(buckets: list[tuple[float, float]], at: datetime, **labels: str) -> list[dict]:
