@@ -16,6 +16,7 @@ from kvdiag.analyzer.model import (
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
+from kvdiag.rules.vocabulary import vocabulary
 from kvdiag.rules.workload import fmt_tokens
 
 # Start-up refusals, by wording, for rows whose event name an ingester may spell its own way.
@@ -70,16 +71,11 @@ class UnservableConfig(Rule):
         )
         if no_blocks.height:
             row = no_blocks.row(0, named=True)
+            words = vocabulary(ctx, row["replica"])
             yield ctx.finding(
                 "The engine refused to start: no memory was left for a single KV cache block",
                 [ctx.evidence(row, "capacity_error", "no KV blocks")],
-                [
-                    Remedy(
-                        "lower max_num_seqs / max_num_batched_tokens, "
-                        "or raise gpu_memory_utilization",
-                        "the weights and the profiling peak took the whole budget",
-                    )
-                ],
+                [Remedy(words.phrase("no_kv_room"), words.phrase("no_kv_room_why"))],
             )
             return
         yield from self._concurrency(ctx)
@@ -172,21 +168,24 @@ def _largest_fit(row: dict[str, Any]) -> tuple[int | None, str]:
 
 def _remedies(ctx: RuleContext, want: int, fit: int | None) -> list[Remedy]:
     out: list[Remedy] = []
+    words = vocabulary(ctx)
     if fit:
-        out.append(Remedy(f"--max-model-len {fit}", "the longest request this pool can hold"))
+        out.append(
+            Remedy(words.flag("max_model_len", fit), "the longest request this pool can hold")
+        )
         grow = f"{want / fit:.1f}x what it holds now" if fit else ""
         per_token = ctx.fact_value("kv_bytes_per_token")
         size = f" (about {want * float(per_token) / 2**30:,.2f} GiB of KV)" if per_token else ""
         out.append(
             Remedy(
-                "grow the pool: raise --gpu-memory-utilization or --kv-cache-memory-bytes",
+                words.phrase("grow_pool"),
                 f"to serve {fmt_tokens(want)} tokens the pool must hold {grow}{size}",
             )
         )
         if 2 * fit >= want:
             out.append(
                 Remedy(
-                    "--kv-cache-dtype fp8 (if the model tolerates it)",
+                    words.phrase("fp8_kv"),
                     f"halves bytes per token: the same memory holds about {fmt_tokens(2 * fit)} "
                     f"tokens, enough for {fmt_tokens(want)}",
                 )

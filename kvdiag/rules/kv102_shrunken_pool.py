@@ -12,6 +12,7 @@ from kvdiag.rules.card import Card, card
 from kvdiag.rules.ledger import TERM_LABELS, Ledger, fmt_gib, nominal_pool_gib, waterfall
 from kvdiag.rules.load import load_points, preemptions
 from kvdiag.rules.queries import col_max
+from kvdiag.rules.vocabulary import vocabulary
 from kvdiag.rules.workload import fmt_tokens, pct
 
 _TABLES = ("log_memory", "log_kv_pool", "gpu_snapshots", "config")
@@ -130,7 +131,7 @@ class ShrunkenPool(Rule):
             share = c.pool_gib / c.total_gib
             title += f"; the {where} has {fmt_gib(c.total_gib)}, {share:.1%} of it given to KV"
         remedy = Remedy(
-            "raise --kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE on CPU)",
+            vocabulary(ctx, scope).phrase("raise_explicit_pool"),
             "the size this load needs is priced under KV301",
         )
         yield ctx.finding(title, c.evidence, [remedy], severity=Severity.INFO, replica=scope)
@@ -228,6 +229,7 @@ def _remedies(
     ctx: RuleContext, c: Card, top: tuple[str, float] | None, scope: str | None
 ) -> list[Remedy]:
     per_gib = _tokens_per_gib(ctx, c, scope)
+    words = vocabulary(ctx, scope)
 
     def worth(gib: float) -> str:
         return f"{fmt_gib(gib)}" + (
@@ -238,9 +240,8 @@ def _remedies(
     if top is not None:
         name, gib = top
         action = {
-            "activation": "lower --max-num-batched-tokens / --max-num-seqs "
-            "so the profiling peak shrinks",
-            "cuda_graph": "capture fewer CUDA graph sizes (or --enforce-eager)",
+            "activation": words.phrase("shrink_activation"),
+            "cuda_graph": words.phrase("fewer_graphs"),
             "non_torch": "trim communication buffers (NCCL), unneeded components and profilers",
             "unattributed": "start the engine on an empty card; stop co-tenant processes",
         }[name]
@@ -250,7 +251,7 @@ def _remedies(
     if c.utilization:
         out.append(
             Remedy(
-                "reclaim non-KV memory before touching gpu_memory_utilization",
+                "reclaim non-KV memory before touching " + words.name("gpu_memory_utilization"),
                 f"raising it from {c.utilization:g} only narrows the workspace margin; "
                 "the case study fixed a squeezed pool at 0.88, with max-num-seqs and "
                 "prefix caching",
@@ -264,7 +265,8 @@ def _ledger_rows(ctx: RuleContext, c: Card, scope: str | None) -> Iterator[Compa
     tag = f" [{scope}]" if scope else ""
     ledger: Ledger | None = c.ledger()
     if ledger is not None:
-        for label, gib in waterfall(ledger):
+        fraction = vocabulary(ctx, scope).name("gpu_memory_utilization")
+        for label, gib in waterfall(ledger, fraction):
             yield ctx.compare(f"ledger: {label}{tag}", None, round(gib, 2), "GiB", c.evidence)
         if c.weights_gib is not None:
             nominal = nominal_pool_gib(

@@ -12,6 +12,7 @@ from kvdiag.rules.demand import slots
 from kvdiag.rules.episodes import best_source
 from kvdiag.rules.load import load_points, usage_evidence
 from kvdiag.rules.queries import col_median
+from kvdiag.rules.vocabulary import vocabulary
 from kvdiag.rules.workload import Lengths, Pool, fmt_tokens, lengths, pool
 
 
@@ -99,10 +100,10 @@ class PaddingWaste(Rule):
         if lines.height:  # the engine's own stats line saw the same level
             top = lines.row(0, named=True)
             ev.append(ctx.evidence(top, "kv_usage_pct", top["kv_usage_pct"]))
-        yield ctx.finding(title, ev, _remedies(size, live), replica=scope)
+        yield ctx.finding(title, ev, _remedies(ctx, scope, size, live), replica=scope)
 
 
-def _remedies(size: Pool, live: float) -> list[Remedy]:
+def _remedies(ctx: RuleContext, scope: str | None, size: Pool, live: float) -> list[Remedy]:
     out = [
         Remedy(
             "continuous batching with paged KV; bucket lengths (256 / 512 / 1k / 2k / 4k) "
@@ -115,7 +116,7 @@ def _remedies(size: Pool, live: float) -> list[Remedy]:
         empty = slots(live, size.block_size) - live
         out.append(
             Remedy(
-                "--block-size 16 (where the attention backend allows; hybrid models fix it)",
+                vocabulary(ctx, scope).phrase("smaller_blocks"),
                 f"with {size.block_size}-token blocks a {fmt_tokens(live)}-token sequence "
                 f"leaves {fmt_tokens(empty)} slots empty; 16-token blocks leave at most 15",
             )
