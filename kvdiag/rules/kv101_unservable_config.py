@@ -105,13 +105,15 @@ class UnservableConfig(Rule):
         yield ctx.finding(title, ev, _remedies(ctx, want, fit))
 
     def _concurrency(self, ctx: RuleContext) -> Iterator[Finding | Comparison | RuledOut]:
+        # SGLang prints no concurrency: its start-up line gives the pool and context_len.
         rows = ctx.sql(
-            "SELECT * FROM log_kv_pool WHERE concurrency IS NOT NULL AND max_model_len IS NOT NULL "
-            "ORDER BY concurrency, source_path, source_line LIMIT 1"
+            "SELECT *, coalesce(concurrency, tokens / max_model_len) AS _conc FROM log_kv_pool "
+            "WHERE max_model_len > 0 AND (concurrency IS NOT NULL OR tokens IS NOT NULL) "
+            "ORDER BY _conc, source_path, source_line LIMIT 1"
         )
         if rows.height:
             row = rows.row(0, named=True)
-            conc, want = float(row["concurrency"]), int(row["max_model_len"])
+            conc, want = float(row["_conc"]), int(row["max_model_len"])
         else:
             cfg = ctx.config("kv_cache_max_concurrency")
             mml = ctx.fact("max_model_len")
@@ -119,11 +121,12 @@ class UnservableConfig(Rule):
                 return
             row, conc, want = cfg, float(cfg["value"]), int(mml.value)
         ev = [ctx.evidence(row, "max_concurrency", conc)]
+        length = vocabulary(ctx).name("max_model_len")
         tokens = ctx.fact("pool_tokens")
         stated = tokens.value if tokens is not None else None
         fit = int(stated) if isinstance(stated, int | float) else int(conc * want)
         yield ctx.compare(
-            "one request of max_model_len vs the pool",
+            f"one request of {length} vs the pool",
             want,
             fit,
             "tokens",
@@ -131,12 +134,10 @@ class UnservableConfig(Rule):
             f"maximum concurrency {conc:.2f}x at {fmt_tokens(want)} tokens",
         )
         if conc >= ctx.threshold("min_concurrency"):
-            yield ctx.rule_out(
-                f"the pool holds {conc:.2f} requests of max_model_len {fmt_tokens(want)}"
-            )
+            yield ctx.rule_out(f"the pool holds {conc:.2f} requests of {length} {fmt_tokens(want)}")
             return
         yield ctx.finding(
-            f"The pool holds {conc:.2f} requests of max_model_len {fmt_tokens(want)}: a "
+            f"The pool holds {conc:.2f} requests of {length} {fmt_tokens(want)}: a "
             "max-length request cannot run; the largest length that fits is about "
             f"{fmt_tokens(fit)}",
             ev,

@@ -6,13 +6,14 @@ from collections.abc import Iterable, Iterator
 
 import polars as pl
 
+from kvdiag.analyzer.facts.engine import ENGINE_OF_INPUT
 from kvdiag.analyzer.model import Comparison, Finding, IncidentClass, Remedy, RuledOut, Severity
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.card import Card, card
 from kvdiag.rules.ledger import TERM_LABELS, Ledger, fmt_gib, nominal_pool_gib, waterfall
 from kvdiag.rules.load import load_points, preemptions
 from kvdiag.rules.queries import col_max
-from kvdiag.rules.vocabulary import vocabulary
+from kvdiag.rules.vocabulary import two_engines, vocabularies, vocabulary
 from kvdiag.rules.workload import fmt_tokens, pct
 
 _TABLES = ("log_memory", "log_kv_pool", "gpu_snapshots", "config")
@@ -75,6 +76,10 @@ class ShrunkenPool(Rule):
     ) -> Iterator[Finding | Comparison | RuledOut]:
         scope = c.replica if multi else None
         if c.pool_gib is None:  # undecidable: no pool size in bytes to hold against the card
+            return
+        if two_engines(ctx, c.replica or "default"):
+            # Two engines' pools (a comparison on one card): side by side, not one ledger.
+            yield from _side_by_side(ctx, c.replica or "default")
             return
         points = load_points(ctx)
         if multi and points.height:
@@ -290,3 +295,22 @@ def _ledger_rows(ctx: RuleContext, c: Card, scope: str | None) -> Iterator[Compa
             [g.evidence],
             "nvidia-smi: memory the pool cannot reach",
         )
+
+
+def _side_by_side(ctx: RuleContext, replica: str) -> Iterator[Comparison]:
+    """Each engine's pool on the same hardware: memory per GPU and tokens, one row each."""
+    rows = ctx.sql(
+        f"SELECT p.*, {ENGINE_OF_INPUT} AS _engine FROM log_kv_pool p "
+        "JOIN inputs i ON i.path = p.source_path WHERE p.replica = ? "
+        "AND (p.gib IS NOT NULL OR p.tokens IS NOT NULL) "
+        "ORDER BY _engine, p.gib NULLS LAST, p.tokens, p.source_path, p.source_line",
+        [replica],
+    )
+    for (engine,), part in rows.group_by("_engine", maintain_order=True):
+        label = vocabularies()[str(engine)].label if engine in vocabularies() else str(engine)
+        for col, unit, what in (("gib", "GiB", "memory per GPU"), ("tokens", "tokens", "size")):
+            hit = part.filter(pl.col(col).is_not_null())
+            if hit.height:
+                row = hit.row(0, named=True)
+                ev = ctx.evidence(row, f"pool_{col}", row[col])
+                yield ctx.compare(f"{label} KV pool {what}", None, row[col], unit, [ev])

@@ -12,6 +12,7 @@ from kvdiag.rules.demand import slots
 from kvdiag.rules.episodes import best_source
 from kvdiag.rules.load import load_points, usage_evidence
 from kvdiag.rules.queries import col_median
+from kvdiag.rules.radix import evictable_added_back
 from kvdiag.rules.vocabulary import vocabulary
 from kvdiag.rules.workload import Lengths, Pool, fmt_tokens, lengths, pool
 
@@ -53,6 +54,9 @@ class PaddingWaste(Rule):
     def _replica(
         self, ctx: RuleContext, scope: str | None, part: pl.DataFrame
     ) -> Iterator[Finding | Comparison | RuledOut]:
+        radix = evictable_added_back(ctx, scope)
+        if radix is not None:
+            yield radix
         lens, size = lengths(ctx, scope), pool(ctx, scope)
         if lens is None or size is None:
             return  # undecidable without request lengths and a pool size

@@ -43,7 +43,7 @@ def _fit_remedies(
     fit = max(1, pool.fit(per))
     blocks = (
         f" ({slots(per, pool.block_size) / pool.block_size:.0f} blocks of {pool.block_size})"
-        if pool.block_size
+        if pool.block_size and pool.block_size > 1
         else ""
     )
     grow = "max_tokens" if lens.max_tokens else "what they generated"

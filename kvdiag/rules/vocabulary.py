@@ -100,3 +100,9 @@ def vocabulary(ctx: RuleContext, replica: str | None = None) -> Vocabulary:
     """The words of the engine that ran (the replica's, when the folder holds several)."""
     engine = engine_of_replica(ctx.store, ctx.facts, replica or "default")
     return vocabularies().get(engine or DEFAULT_ENGINE, vocabularies()[DEFAULT_ENGINE])
+
+
+def two_engines(ctx: RuleContext, replica: str) -> bool:
+    """The replica's evidence comes from more than one engine (a side-by-side comparison)."""
+    mixed = isinstance(ctx.facts.get("engine"), tuple)
+    return mixed and engine_of_replica(ctx.store, ctx.facts, replica) is None

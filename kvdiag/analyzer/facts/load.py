@@ -94,7 +94,8 @@ def preemption_facts(reader: StoreReader, facts: Facts) -> None:
     if retracted.height:
         events = retraction_events(retracted)
         last = events.row(events.height - 1, named=True)
-        note = f"retractions (SGLang's preemptions) in {events.height} events"
+        many = "event" if events.height == 1 else "events"
+        note = f"retractions (SGLang's preemptions) in {events.height} {many}"
         if events.height < retracted.height:
             note += f", printed {retracted.height} times across TP ranks"
         total = int(events["count"].fill_null(1).sum())

@@ -26,11 +26,13 @@ _POOL_LINES = (
 
 
 def _per_scope(rows: pl.DataFrame) -> list[tuple[dict[str, str], dict[str, Any], int]]:
-    """(scope, first row, rows in that scope) per replica and engine."""
+    """(scope, first row, most lines one pool message has) per replica and engine: a message
+    printed more than once was printed per rank (SGLang also states its pool twice)."""
     out = []
     for (replica, engine), part in rows.group_by("replica", "_engine", maintain_order=True):
         scope = {"replica": str(replica), "engine": str(engine)}
-        out.append((scope, part.row(0, named=True), part.height))
+        repeats = max(part["event"].value_counts()["count"].to_list(), default=0)
+        out.append((scope, part.row(0, named=True), repeats))
     return out
 
 
@@ -42,10 +44,10 @@ def _keep(facts: Facts) -> tuple[str, ...]:
 def pool_facts(reader: StoreReader, facts: Facts) -> None:
     """Pool size in tokens: the log's pool line (minimum over ranks), else the metrics."""
     found = []
-    for scope, row, lines in _per_scope(
+    for scope, row, repeats in _per_scope(
         reader.sql(_POOL_LINES.format(col="tokens", order="p.tokens"))
     ):
-        note = "smallest of the ranks' pool lines" if lines > 1 else None
+        note = "smallest of the ranks' pool lines" if repeats > 1 else None
         found.append((scope, Fact(int(row["tokens"]), "tokens", ref(row), note)))
     if found:
         facts["pool_tokens"] = scoped_by(found, _keep(facts))

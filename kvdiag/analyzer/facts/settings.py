@@ -110,7 +110,10 @@ def engine_context(
 
     own = (str(r["engine"]) for r in for_replica(rows, replica) if r.get("engine"))
     engine = next(own, None) or engine_of_replica(reader, facts, replica)
-    engine = engine or next((str(r["engine"]) for r in rows if r.get("engine")), "vllm")
+    if engine is None and isinstance(facts.get("engine"), tuple):
+        engine = ""  # two engines and no telling which: no engine's defaults apply
+    elif engine is None:
+        engine = next((str(r["engine"]) for r in rows if r.get("engine")), "vllm")
     gpu = reader.sql(
         "SELECT max(memory_total_mib) AS mib, min(name) AS name FROM gpu_snapshots "
         "WHERE replica = ? OR ? = 'default'",
