@@ -304,7 +304,9 @@ def _comparisons(ctx: RuleContext, rep: _Replica, multi: bool) -> Iterator[Compa
         rep.pre.count,
         rep.words.word("preemptions"),
         rep.pre.evidence,
-        f"from {rep.pre.source}" if rep.pre.source else "no preemption witness",
+        f"from {rep.pre.source}"
+        if rep.pre.source
+        else f"no {rep.words.word('preemption')} witness",
     )
     demand = rep.queued_demand
     if demand is not None and rep.lens is not None:

@@ -87,16 +87,23 @@ def preemption_facts(reader: StoreReader, facts: Facts) -> None:
             int(rows["preemptions"].sum()), "preemptions", ref(last), "sum of stats lines"
         )
         return
+    retractions = _retractions(reader)
+    if retractions is not None:
+        facts["preemptions"] = retractions
+
+
+def _retractions(reader: StoreReader) -> Fact | None:
+    """SGLang's retraction lines as one preemption count (its own events, once each)."""
     retracted = reader.sql(
         "SELECT * FROM log_preemptions WHERE event = 'sglang_retract' "
         "ORDER BY source_path, source_line"
     )
-    if retracted.height:
-        events = retraction_events(retracted)
-        last = events.row(events.height - 1, named=True)
-        many = "event" if events.height == 1 else "events"
-        note = f"retractions (SGLang's preemptions) in {events.height} {many}"
-        if events.height < retracted.height:
-            note += f", printed {retracted.height} times across TP ranks"
-        total = int(events["count"].fill_null(1).sum())
-        facts["preemptions"] = Fact(total, "preemptions", ref(last), note)
+    if retracted.is_empty():
+        return None
+    events = retraction_events(retracted)
+    last = events.row(events.height - 1, named=True)
+    many = "event" if events.height == 1 else "events"
+    note = f"retractions (SGLang's preemptions) in {events.height} {many}"
+    if events.height < retracted.height:
+        note += f", printed {retracted.height} times across TP ranks"
+    return Fact(int(events["count"].fill_null(1).sum()), "preemptions", ref(last), note)
