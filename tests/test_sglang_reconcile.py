@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from kvdiag.analyzer.facts.effective import EngineContext, default_value
+from kvdiag.analyzer.ingest.aliases import load_aliases
 from kvdiag.analyzer.ingest.formats import load_pack
+from kvdiag.analyzer.live.promql import exposed_names
 from tests.conftest import FIXTURES, analyze_json, shared
 
 SGLANG_FIXTURES = sorted(
@@ -42,6 +44,7 @@ def _facts(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
 def _said(doc: dict[str, Any]) -> list[str]:
     """Everything the diagnosis tells the reader in words (facts' canonical names aside)."""
     texts = [doc["verdict"]["summary"]] + [r["reason"] for r in doc["verdict"]["ruled_out"]]
+    texts += [m["what"] + " " + m["would_decide"] for m in doc["missing_evidence"]]
     for f in doc["findings"]:
         texts.append(f["title"])
         texts += [r["action"] + " " + r["rationale"] for r in f["remediation"]]
@@ -151,6 +154,8 @@ def test_the_first_sglang_metrics_give_pool_caps_and_context(tmp_path: Path) -> 
         "stated as max_running_requests",
     )
     assert _facts(doc, "max_model_len")[0]["value"] == gauge("context_len")
+    # The pool gauge states the pool: no "no pool size" among what the folder lacks.
+    assert not [m for m in doc["missing_evidence"] if "pool size" in m["what"]]
 
 
 def test_layer_2_adds_the_evictable_radix_cache_back(tmp_path: Path) -> None:
@@ -184,3 +189,15 @@ def test_an_empty_pool_at_start_up_is_refused_in_sglangs_words(tmp_path: Path) -
     (finding,) = doc["findings"]
     assert finding["code"] == "KV101"
     assert finding["remediation"][0]["action"].startswith("raise --mem-fraction-static")
+
+
+def test_the_live_source_fetches_what_sglangs_facts_read() -> None:
+    """`analyze --prometheus` asks for SGLang's pool, caps and radix-cache gauges, the series
+    the folder analysis above reads its pool, max_running_requests and layer 2 from."""
+    fetched = set(exposed_names(load_aliases()))
+    text = shared("realdata", "issues", "sglang-metrics-early-1.prom").read_text()
+    for gauge in ("max_total_num_tokens", "max_running_requests", "context_len"):
+        assert re.search(rf"^sglang:{gauge}\{{", text, re.M), gauge
+        assert f"sglang:{gauge}" in fetched, gauge
+    radix = {"sglang:kv_used_tokens", "sglang:kv_available_tokens", "sglang:kv_evictable_tokens"}
+    assert radix <= fetched, radix - fetched

@@ -118,11 +118,13 @@ def _remedies(ctx: RuleContext, scope: str | None, size: Pool, live: float) -> l
     ]
     if size.block_size and size.block_size > 16:
         empty = slots(live, size.block_size) - live
+        words = vocabulary(ctx, scope)
+        blocks = words.word("blocks")
         out.append(
             Remedy(
-                vocabulary(ctx, scope).phrase("smaller_blocks"),
-                f"with {size.block_size}-token blocks a {fmt_tokens(live)}-token sequence "
-                f"leaves {fmt_tokens(empty)} slots empty; 16-token blocks leave at most 15",
+                words.phrase("smaller_blocks"),
+                f"with {size.block_size}-token {blocks} a {fmt_tokens(live)}-token sequence "
+                f"leaves {fmt_tokens(empty)} slots empty; 16-token {blocks} leave at most 15",
             )
         )
     return out
@@ -139,6 +141,7 @@ def _comparisons(
             round(slots(live, size.block_size) - live),
             "tokens",
             [size.source],
-            f"a {fmt_tokens(live)}-token sequence in {size.block_size}-token blocks "
-            f"(at most {size.block_size - 1} empty); {lens.source}",
+            f"a {fmt_tokens(live)}-token sequence in {size.block_size}-token "
+            f"{vocabulary(ctx, scope).word('blocks')} (at most {size.block_size - 1} empty); "
+            f"{lens.source}",
         )

@@ -29,6 +29,9 @@ class Alias:
     name: str
     engine: str | None = None
     invert: bool = False
+    # A number standing for a switch: this value means off, any other on (SGLang's
+    # chunked_prefill_size -1 is vLLM's enable_chunked_prefill False).
+    off: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +158,8 @@ def _candidates(key: str, rows: Iterable[Mapping[str, Any]]) -> list[tuple[Mappi
             continue
         if alias.invert:
             value = {"True": "False", "False": "True"}.get(value, value)
+        if alias.off is not None:
+            value = str(value != alias.off)
         out.append((row, value))
     return out
 
