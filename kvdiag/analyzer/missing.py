@@ -38,7 +38,7 @@ _SGLANG_DECIDES = {
     "no /metrics scrapes": "usage, queue and running between decode lines; the radix cache's "
     "evictable tokens, which SGLang's token usage counts as free (layer 2)",
 }
-_NO_POOL = "no pool size (start-up pool line or cache_config_info)"
+_NO_POOL = "no pool size (start-up pool line, cache_config_info or SGLang's pool gauge)"
 _LAYERS = {what: layers for _, what, _, layers in EXPECTED_INPUTS} | {_NO_POOL: (1, 3)}
 
 
