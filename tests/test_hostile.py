@@ -21,12 +21,11 @@ CORPUS = Path(__file__).resolve().parent / "hostile"
 ENTRIES = sorted(p.name for p in CORPUS.iterdir())
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # Entries that still break something, with the reason; strict, so a fix must remove them.
-KNOWN_FAILURES = {
-    "prom-inf-and-overflow.prom": "infinite gauge values reach the rules (range checks needed)",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
-def _incident(tmp_path: Path, name: str) -> Path:
+def corpus_incident(tmp_path: Path, name: str) -> Path:
+    """A copy of one corpus entry as an incident folder of its own."""
     incident = tmp_path / "incident"
     src = CORPUS / name
     if src.is_dir():
@@ -47,7 +46,7 @@ def test_hostile_input_is_survived_and_accounted(
 ) -> None:
     if name in KNOWN_FAILURES:
         request.applymarker(pytest.mark.xfail(reason=KNOWN_FAILURES[name], strict=True))
-    incident = _incident(tmp_path, name)
+    incident = corpus_incident(tmp_path, name)
     result = run_cli("analyze", str(incident), "--format", "json", "-q")
     assert result.exit_code in (ExitCode.OK, ExitCode.FINDINGS, ExitCode.NO_INPUT), result.output
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr

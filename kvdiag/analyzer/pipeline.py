@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from kvdiag import __version__
-from kvdiag.analyzer import classify, engine, facts, missing, reconcile
+from kvdiag.analyzer import classify, engine, facts, missing, reconcile, timeline, validate
 from kvdiag.analyzer.discover import DEFAULT_REPLICA, Discovery, discover
 from kvdiag.analyzer.errors import NoInputError
 from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
@@ -143,6 +143,15 @@ def _ingest_all(
     return records, problems
 
 
+def _validate(store: Store) -> tuple[list[InputProblem], tuple[classify.Doubt, ...]]:
+    """Set implausible rows aside, then check the cleaned store's times (before facts)."""
+    flagged = validate.implausible_rows(store.reader)
+    store.set_aside(flagged)
+    ranged, range_doubts = validate.range_problems(flagged)
+    timed, time_doubts = timeline.time_problems(store.reader)
+    return [*ranged, *timed], range_doubts + time_doubts
+
+
 def _with_model_config(found: Discovery, path: Path | None) -> Discovery:
     """--model-config PATH: one more input, read as a config.json whatever its content."""
     if path is None:
@@ -180,6 +189,8 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
         if not any(r.status == "used" for r in records):
             raise NoInputError(f"{root}: nothing in it could be ingested")
         _store_inputs(store, records)
+        checked, doubts = _validate(store)
+        problems += checked
         if problems:
             store.append(
                 "input_problems",
@@ -193,7 +204,7 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
         absent = missing.missing_evidence(reader)
         clock.lap("facts")
         result = engine.run_rules(reader, established, opts)
-        verdict = classify.classify(result.findings, established, absent, result.ruled_out)
+        verdict = classify.classify(result.findings, established, absent, result.ruled_out, doubts)
         clock.lap("rules")
         series, window = build_series(reader)
         clock.lap("series")

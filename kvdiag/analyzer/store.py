@@ -93,6 +93,25 @@ class Store:
         finally:
             self._con.unregister("_kvdiag_batch")
 
+    def set_aside(self, flagged: pl.DataFrame) -> None:
+        """Move implausible rows out of their tables into `implausible_values`.
+
+        `flagged` has one row per (row, column) found implausible: table_name, row_id (the
+        DuckDB rowid), column_name, value, low, high and the row's provenance.
+        """
+        if flagged.is_empty():
+            return
+        self.append("implausible_values", flagged.drop("row_id"))
+        for (name,), rows in flagged.group_by("table_name"):
+            table(str(name))  # reject unknown names before they reach SQL
+            self._con.register("_kvdiag_rows", rows.select("row_id").unique())
+            try:
+                self._con.execute(
+                    f'DELETE FROM "{name}" WHERE rowid IN (SELECT row_id FROM _kvdiag_rows)'
+                )
+            finally:
+                self._con.unregister("_kvdiag_rows")
+
     def finish(self) -> Path | None:
         """Close; with --db, move the finished database into place and return its path."""
         self._con.close()

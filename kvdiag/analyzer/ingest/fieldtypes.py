@@ -27,6 +27,9 @@ def _size(col: pl.Expr, bare_power: int) -> pl.Expr:
     return number * pl.lit(1024.0).pow(power)
 
 
+# The largest float below 2**63, so the saturated value still casts to a 64-bit integer.
+INT64_SATURATED = 9.2e18
+
 _PROCESS = r"Process (\d+) has ([\d.]+ [KMGT]?i?B|\d+ bytes) memory in use"
 
 
@@ -49,7 +52,12 @@ def convert(name: str, ftype: str) -> pl.Expr:
     """The typed column for a captured string field."""
     col = pl.col(name)
     if ftype == "int":
-        return col.str.replace_all(",", "").cast(pl.Int64, strict=False).alias(name)
+        digits = col.str.replace_all(",", "")
+        # More digits than 64 bits hold saturate instead of vanishing into NULL, so the
+        # plausibility check (validate.py) reports the line rather than nothing at all.
+        wide = digits.cast(pl.Float64, strict=False).clip(-INT64_SATURATED, INT64_SATURATED)
+        exact = digits.cast(pl.Int64, strict=False)
+        return exact.fill_null(wide.cast(pl.Int64, strict=False)).alias(name)
     if ftype == "float":
         return col.str.replace_all(",", "").cast(pl.Float64, strict=False).alias(name)
     if ftype == "bytes":
