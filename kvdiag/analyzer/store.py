@@ -25,6 +25,23 @@ def ddl(t: Table) -> str:
     return f'CREATE TABLE IF NOT EXISTS "{t.name}" (\n  {cols}\n)'
 
 
+INT32_LIMIT = 2**31 - 1
+
+
+def _fit(frame: pl.DataFrame, t: Table) -> pl.DataFrame:
+    """Integers wider than an INTEGER column saturate at the 32-bit limit instead of failing
+    the insert; the plausibility check (validate.py) then reports them with their line."""
+    narrow = [
+        pl.col(c.name).clip(-INT32_LIMIT, INT32_LIMIT).cast(pl.Int32)
+        for c in t.columns
+        if c.type == "INTEGER"
+        and c.name in frame.columns
+        and frame.schema[c.name].is_integer()
+        and frame.schema[c.name] != pl.Int32
+    ]
+    return frame.with_columns(narrow) if narrow else frame
+
+
 class StoreReader:
     """Read-only access to the store: what rules and fact-finders get."""
 
@@ -84,7 +101,7 @@ class Store:
         unknown = [c for c in frame.columns if c not in declared]
         if unknown:
             raise ValueError(f"{table_name}: undeclared columns {unknown}")
-        self._con.register("_kvdiag_batch", frame)
+        self._con.register("_kvdiag_batch", _fit(frame, table(table_name)))
         try:
             cols = ", ".join(f'"{c}"' for c in frame.columns)
             self._con.execute(

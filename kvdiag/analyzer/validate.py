@@ -24,8 +24,8 @@ from kvdiag.analyzer.errors import FormatPackError
 from kvdiag.analyzer.ingest.aliases import load_aliases
 from kvdiag.analyzer.ingest.fieldtypes import INT64_SATURATED
 from kvdiag.analyzer.model import InputProblem
-from kvdiag.analyzer.schema import TABLES, TABLES_BY_NAME
-from kvdiag.analyzer.store import StoreReader
+from kvdiag.analyzer.schema import TABLES, TABLES_BY_NAME, Column
+from kvdiag.analyzer.store import INT32_LIMIT, StoreReader
 
 NUMERIC_TYPES = ("DOUBLE", "BIGINT", "INTEGER")
 PER_METRIC = "metric_aliases"
@@ -50,12 +50,12 @@ Range = tuple[float, float]
 class Plausible:
     """The declared ranges: per table column, per configuration key, and the default."""
 
-    default: Range
+    default: dict[str, Range]  # per column type
     columns: dict[str, dict[str, Range | str]]
     config_values: dict[str, Range]
 
-    def column_range(self, table: str, column: str) -> Range | str:
-        return self.columns.get(table, {}).get(column, self.default)
+    def column_range(self, table: str, column: Column) -> Range | str:
+        return self.columns.get(table, {}).get(column.name, self.default[column.type])
 
 
 def _range(value: Any, where: str) -> Range:
@@ -84,7 +84,8 @@ def parse_plausible(text: str, where: str) -> Plausible:
             checked = PER_METRIC if per_metric else _range(value, f"{where}: {name}.{column}")
             columns.setdefault(name, {})[column] = checked
     config = {k: _range(v, f"{where}: config_values.{k}") for k, v in raw["config_values"].items()}
-    return Plausible(_range(raw["default"], f"{where}: default"), columns, config)
+    default = {t: _range(raw["default"].get(t), f"{where}: default.{t}") for t in NUMERIC_TYPES}
+    return Plausible(default, columns, config)
 
 
 @cache
@@ -156,7 +157,7 @@ def implausible_rows(reader: StoreReader) -> pl.DataFrame:
         for column in TABLES_BY_NAME[name].columns:
             if column.type not in NUMERIC_TYPES:
                 continue
-            bounds = plausible.column_range(name, column.name)
+            bounds = plausible.column_range(name, column)
             if bounds == PER_METRIC:
                 queries.append(_metric_query())
             elif isinstance(bounds, tuple):
@@ -174,7 +175,9 @@ def shown(value: float) -> str:
         return "NaN"
     if abs(value) == INT64_SATURATED:  # an integer field fieldtypes.py could not hold
         return "a number too long for 64 bits"
-    return f"{value:,.0f}" if value.is_integer() and abs(value) < 1e15 else f"{value:g}"
+    if abs(value) == INT32_LIMIT:  # a value the store could not fit in an INTEGER column
+        return "a number too long for 32 bits"
+    return f"{value:,.0f}" if value.is_integer() and abs(value) < 1e18 else f"{value:g}"
 
 
 def why(value: float, low: float, high: float) -> str:
