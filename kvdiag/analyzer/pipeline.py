@@ -6,7 +6,7 @@ import dataclasses
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,6 +143,16 @@ def _ingest_all(
     return records, problems
 
 
+def _listed(
+    records: Sequence[InputRecord], problems: Sequence[InputProblem] = (), limit: int = 10
+) -> str:
+    """Each file set aside and why, and the problems met: what exit code 3 explains."""
+    lines = [f"  {r.path}: {r.status}: {'; '.join((r.reason, *r.notes))}" for r in records]
+    lines += [f"  {p.path}:{p.line or ''} {p.message}" for p in problems]
+    more = [f"  ... and {len(lines) - limit} more"] if len(lines) > limit else []
+    return "".join(f"\n{line}" for line in lines[:limit] + more)
+
+
 def _validate(store: Store) -> tuple[list[InputProblem], tuple[classify.Doubt, ...]]:
     """Set implausible rows aside, then check the cleaned store's times (before facts)."""
     flagged = validate.implausible_rows(store.reader)
@@ -181,13 +191,16 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
     if not found.units:
         raise NoInputError(
             f"{root}: no file in it is a known input ({len(found.set_aside)} set aside)"
+            + _listed(found.set_aside)
         )
     store = Store(opts.db)
     try:
         records, problems = _ingest_all(found, opts, store, progress)
         clock.lap("ingest")
         if not any(r.status == "used" for r in records):
-            raise NoInputError(f"{root}: nothing in it could be ingested")
+            raise NoInputError(
+                f"{root}: nothing in it could be ingested" + _listed(records, problems)
+            )
         _store_inputs(store, records)
         checked, doubts = _validate(store)
         problems += checked
