@@ -13,7 +13,16 @@ from pathlib import Path
 import polars as pl
 
 from kvdiag import __version__
-from kvdiag.analyzer import classify, engine, facts, missing, reconcile, timeline, validate
+from kvdiag.analyzer import (
+    classify,
+    engine,
+    facts,
+    fleet,
+    missing,
+    reconcile,
+    timeline,
+    validate,
+)
 from kvdiag.analyzer.discover import DEFAULT_REPLICA, Discovery, discover
 from kvdiag.analyzer.errors import NoInputError
 from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
@@ -234,6 +243,9 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
             reconciliation=reconcile.layers(result, absent),
             series=series,
             window=window,
+            fleet=fleet.replica_verdicts(
+                fleet.FleetInput(reader, result.findings, established, absent, opts)
+            ),
             kvdiag_version=__version__,
         )
     except BaseException:
