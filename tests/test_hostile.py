@@ -25,7 +25,15 @@ ENTRIES = sorted(p.name for p in CORPUS.iterdir())
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz")
 # Entries that still break something, with the reason; strict, so a fix must remove them.
-KNOWN_FAILURES: dict[str, str] = {}
+KNOWN_FAILURES: dict[str, str] = {
+    "utf16-le-bom-truncated-mid-character.log": (
+        "ingest/lines.py decodes UTF-16 strictly: an odd trailing byte (or a lone surrogate) "
+        "raises, the reader fails and the whole log is set aside; lines.py is being rewritten "
+        "in the perf work, which this work may not edit"
+    ),
+}
+# What the pipeline says when a reader raised: a crash it caught, never an accepted outcome.
+READER_FAILED = "reader failed"
 
 
 def corpus_incident(tmp_path: Path, name: str) -> Path:
@@ -54,6 +62,7 @@ def test_hostile_input_is_survived_and_accounted(
     result = run_cli("analyze", str(incident), "--format", "json", "-q")
     assert result.exit_code in (ExitCode.OK, ExitCode.FINDINGS, ExitCode.NO_INPUT), result.output
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert READER_FAILED not in result.stderr, result.stderr
     if result.exit_code == ExitCode.NO_INPUT:
         listed = re.findall(r"^  (.+?): (skipped|unrecognised|refused): .+$", result.stderr, re.M)
         assert listed, result.stderr  # every file set aside is named, with the reason
@@ -61,6 +70,7 @@ def test_hostile_input_is_survived_and_accounted(
         return
     doc = json.loads(result.stdout)
     VALIDATOR.validate(doc)
+    assert not [r for r in doc["inputs"] if READER_FAILED in (r["reason"] or "")], doc["inputs"]
     for record in doc["inputs"]:
         if record["lines_total"]:
             parts = record["lines_parsed"] + record["lines_unmatched"] + record["lines_undecodable"]
