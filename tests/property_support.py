@@ -13,7 +13,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from hypothesis import assume
+from hypothesis import reject
 from hypothesis import strategies as st
 
 from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
@@ -175,7 +175,8 @@ def lines_py_known_failure(kind: str, data: bytes) -> bool:
 
 def check_ingest(kind: str, name: str, data: bytes) -> tuple[Account, list[InputProblem]]:
     """Ingest `data` saved as `name` with the `kind` ingester and check the contract."""
-    assume(not lines_py_known_failure(kind, data))
+    if lines_py_known_failure(kind, data):
+        reject()
     path = SCRATCH / name
     path.write_bytes(data)
     unit = InputUnit(kind, name, (path,), (name,), len(data), "default")
