@@ -35,6 +35,13 @@ EXPECTED: dict[str, list[tuple[str, int | None, str]]] = {
     "huge-numbers.log": [
         ("huge-numbers.log", 1, r"^log_stats\.running = a number too long for 64 bits")
     ],
+    "log-oom-tried-to-allocate-exabytes.log": [
+        (
+            "log-oom-tried-to-allocate-exabytes.log",
+            2,
+            r"^log_oom\.tried_bytes = a number too long for 64 bits is implausible",
+        ),
+    ],
     "nvidia-smi-csv-negative-and-huge.csv": [
         ("nvidia-smi-csv-negative-and-huge.csv", 2, r"memory_total_mib = -5 .*\(below 0\)"),
         ("nvidia-smi-csv-negative-and-huge.csv", 2, r"memory_used_mib = 1e\+20 .*\(above"),

@@ -30,6 +30,12 @@ def _size(col: pl.Expr, bare_power: int) -> pl.Expr:
 # The largest float below 2**63, so the saturated value still casts to a 64-bit integer.
 INT64_SATURATED = 9.2e18
 
+
+def _whole_bytes(size: pl.Expr) -> pl.Expr:
+    """A size in bytes as an integer; past 64 bits it saturates (validate.py reports it)."""
+    return size.round(0).clip(-INT64_SATURATED, INT64_SATURATED).cast(pl.Int64)
+
+
 _PROCESS = r"Process (\d+) has ([\d.]+ [KMGT]?i?B|\d+ bytes) memory in use"
 
 
@@ -40,7 +46,7 @@ def _process_list(col: pl.Expr) -> pl.Expr:
         pl.lit('{"pid": '),
         item.str.extract(_PROCESS, 1),
         pl.lit(', "bytes": '),
-        _size(item.str.extract(_PROCESS, 2), 0).round(0).cast(pl.Int64).cast(pl.String),
+        _whole_bytes(_size(item.str.extract(_PROCESS, 2), 0)).cast(pl.String),
         pl.lit("}"),
     )
     items = col.str.extract_all(_PROCESS).list.eval(as_json)
@@ -61,7 +67,7 @@ def convert(name: str, ftype: str) -> pl.Expr:
     if ftype == "float":
         return col.str.replace_all(",", "").cast(pl.Float64, strict=False).alias(name)
     if ftype == "bytes":
-        return _size(col, 0).round(0).cast(pl.Int64).alias(name)
+        return _whole_bytes(_size(col, 0)).alias(name)
     if ftype == "gib":
         return (_size(col, 3) / 2**30).alias(name)
     if ftype == "count":
