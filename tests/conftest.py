@@ -11,8 +11,18 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from hypothesis import HealthCheck, settings
 
 from kvdiag.analyzer.cli import cli
+
+# Property tests (tests/test_properties*.py): a quick profile for CI, and
+# `pytest --hypothesis-profile=deep tests/test_properties*.py` for 10,000 cases per parser.
+_SLOW_OK = (HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much)
+settings.register_profile("ci", max_examples=40, deadline=None, suppress_health_check=_SLOW_OK)
+settings.register_profile(
+    "deep", max_examples=10_000, deadline=None, suppress_health_check=_SLOW_OK, print_blob=True
+)
+settings.load_profile("ci")
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"

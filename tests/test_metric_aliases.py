@@ -105,7 +105,7 @@ def test_prefilter_accepts_every_exposed_name() -> None:
     assert not pattern.match("vllm:num_requests_running_x 1")
 
 
-_HEAD = "schema = 1\n"
+_HEAD = 'schema = 1\nunit_ranges = { "" = [-inf, inf], u = [0.0, 1.0] }\n'
 
 
 @pytest.mark.parametrize(
@@ -119,8 +119,21 @@ _HEAD = "schema = 1\n"
             _HEAD + "[metric.a]\nnames=['x']\ntype='gauge'\n[metric.b]\nnames=['x']\ntype='gauge'",
             "listed under both a and b",
         ),
+        (
+            _HEAD + "[metric.a]\nnames=['x']\ntype='gauge'\nunit='MiB'",
+            "unit 'MiB' has no unit_ranges",
+        ),
+        (_HEAD + "[metric.a]\nnames=['x']\ntype='gauge'\nrange=[1, 0]", "low <= high"),
     ],
-    ids=["schema", "unknown-key", "unknown-metric-key", "bad-type", "duplicate-name"],
+    ids=[
+        "schema",
+        "unknown-key",
+        "unknown-metric-key",
+        "bad-type",
+        "duplicate-name",
+        "unit-without-range",
+        "inverted-range",
+    ],
 )
 def test_loader_rejects_bad_tables(text: str, message: str) -> None:
     with pytest.raises(FormatPackError, match=re.escape(message)):

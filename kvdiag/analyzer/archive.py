@@ -8,9 +8,12 @@ enforced while copying, not only from headers, because headers can lie.
 
 from __future__ import annotations
 
+import lzma
 import shutil
 import tarfile
+import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -35,6 +38,24 @@ class ArchiveLimitError(Exception):
     """Expanding further would break a limit; extraction stops here."""
 
 
+# What a damaged or hostile archive raises while it is read: extraction stops there and says
+# why. zlib/lzma errors come from corrupt compressed data, RuntimeError from an encrypted
+# zip member, NotImplementedError from a compression method zipfile lacks,
+# UnicodeDecodeError from a zip member name flagged UTF-8 that is not.
+_DAMAGED = (
+    ArchiveLimitError,
+    zipfile.BadZipFile,
+    tarfile.TarError,
+    OSError,
+    EOFError,
+    zlib.error,
+    lzma.LZMAError,
+    RuntimeError,
+    NotImplementedError,
+    UnicodeDecodeError,
+)
+
+
 @dataclass
 class Unpacked:
     """Where an archive went, and what was refused."""
@@ -43,6 +64,7 @@ class Unpacked:
     refused: list[InputRecord] = field(default_factory=list)
     members: int = 0
     bytes_out: int = 0
+    written: set[str] = field(default_factory=set)  # member paths extracted so far
 
 
 def archive_kind(path: Path) -> str | None:
@@ -67,9 +89,24 @@ def _safe_relpath(name: str) -> str | None:
     return p.as_posix()
 
 
-def _copy(src: IO[bytes], dest: Path, state: Unpacked, limits: Limits, budget: int) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with dest.open("wb") as out:
+def _open_member(state: Unpacked, archive: str, name: str, rel: str) -> IO[bytes] | None:
+    """The file a member is written to, or None (refused) when its path cannot take it."""
+    if rel in state.written:
+        _refuse(state, archive, name, 0, "same path as an earlier member (not overwritten)")
+        return None
+    dest = state.root / rel
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        out = dest.open("xb")
+    except (OSError, ValueError) as exc:  # a file where a folder must be, a name too long ...
+        _refuse(state, archive, name, 0, f"cannot be written: {getattr(exc, 'strerror', exc)}")
+        return None
+    state.written.add(rel)
+    return out
+
+
+def _copy(src: IO[bytes], out: IO[bytes], state: Unpacked, limits: Limits, budget: int) -> None:
+    with out:
         while chunk := src.read(1 << 20):
             state.bytes_out += len(chunk)
             if state.bytes_out > budget:
@@ -97,7 +134,7 @@ def _tar_members(tf: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
         yield member
 
 
-def _unpack_tar(path: Path, dest: Path, state: Unpacked, limits: Limits, budget: int) -> None:
+def _unpack_tar(path: Path, state: Unpacked, limits: Limits, budget: int) -> None:
     with tarfile.open(path, mode="r:*") as tf:
         for member in _tar_members(tf):
             rel = _safe_relpath(member.name)
@@ -116,11 +153,12 @@ def _unpack_tar(path: Path, dest: Path, state: Unpacked, limits: Limits, budget:
             else:
                 _count(state, limits)
                 src = tf.extractfile(member)
-                if src is not None:
-                    _copy(src, dest / rel, state, limits, budget)
+                out = _open_member(state, path.name, member.name, rel) if src else None
+                if src is not None and out is not None:
+                    _copy(src, out, state, limits, budget)
 
 
-def _unpack_zip(path: Path, dest: Path, state: Unpacked, limits: Limits, budget: int) -> None:
+def _unpack_zip(path: Path, state: Unpacked, limits: Limits, budget: int) -> None:
     with zipfile.ZipFile(path) as zf:
         for info in zf.infolist():
             rel = _safe_relpath(info.filename)
@@ -137,6 +175,8 @@ def _unpack_zip(path: Path, dest: Path, state: Unpacked, limits: Limits, budget:
                 )
             elif (mode & 0o170000) == 0o120000:
                 _refuse(state, path.name, info.filename, 0, "symbolic link (not followed)")
+            elif info.flag_bits & 0x1:
+                _refuse(state, path.name, info.filename, 0, "encrypted (no password to read it)")
             elif info.compress_size and info.file_size / info.compress_size > limits.max_ratio:
                 ratio = info.file_size / info.compress_size
                 _refuse(
@@ -148,8 +188,10 @@ def _unpack_zip(path: Path, dest: Path, state: Unpacked, limits: Limits, budget:
                 )
             else:
                 _count(state, limits)
-                with zf.open(info) as src:
-                    _copy(src, dest / rel, state, limits, budget)
+                with zf.open(info) as src:  # opened first: a member zipfile cannot read
+                    out = _open_member(state, path.name, info.filename, rel)  # leaves no file
+                    if out is not None:
+                        _copy(src, out, state, limits, budget)
 
 
 def _count(state: Unpacked, limits: Limits) -> None:
@@ -160,17 +202,18 @@ def _count(state: Unpacked, limits: Limits) -> None:
 
 def unpack(path: Path, scratch: Path, limits: Limits = DEFAULT_LIMITS) -> Unpacked:
     """Extract `path` into a fresh folder under `scratch`; refused members are listed."""
-    dest = scratch / path.name.replace(".", "_")
-    dest.mkdir(parents=True)
+    scratch.mkdir(parents=True, exist_ok=True)
+    # A fresh folder per archive: two nested archives may share a name.
+    dest = Path(tempfile.mkdtemp(prefix=path.name.replace(".", "_") + "-", dir=scratch))
     state = Unpacked(dest)
     budget = min(limits.max_total_bytes, int(path.stat().st_size * limits.max_ratio) + (1 << 20))
     kind = archive_kind(path)
     try:
         if kind == "zip":
-            _unpack_zip(path, dest, state, limits, budget)
+            _unpack_zip(path, state, limits, budget)
         elif kind == "tar":
-            _unpack_tar(path, dest, state, limits, budget)
-    except (ArchiveLimitError, zipfile.BadZipFile, OSError, EOFError, tarfile.TarError) as exc:
+            _unpack_tar(path, state, limits, budget)
+    except _DAMAGED as exc:
         _refuse(state, path.name, "*", state.bytes_out, f"extraction stopped: {exc}")
     return state
 

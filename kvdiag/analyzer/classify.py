@@ -10,6 +10,7 @@ findings at warning or above can be primary; info findings of a problem class co
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from kvdiag.analyzer.missing import affected_layers
 from kvdiag.analyzer.model import (
@@ -36,6 +37,28 @@ PRECEDENCE: tuple[IncidentClass, ...] = (
     IncidentClass.ADMISSION_LIMITED,
 )
 _NOT_A_PROBLEM = (None, IncidentClass.HEALTHY)
+_LOWER = {Confidence.HIGH: Confidence.MEDIUM, Confidence.MEDIUM: Confidence.LOW}
+
+
+@dataclass(frozen=True, slots=True)
+class Doubt:
+    """A reason to trust some inputs less (validate.py, timeline.py finds them).
+
+    It lowers the confidence of a verdict whose primary finding cites one of `paths` (a
+    file, or a folder holding it); with no paths, of every verdict.
+    """
+
+    reason: str
+    paths: frozenset[str] = frozenset()
+
+    def touches(self, finding: Finding) -> bool:
+        if not self.paths:
+            return True
+        return any(
+            e.path == p or e.path.startswith(p.rstrip("/") + "/")
+            for e in finding.evidence
+            for p in self.paths
+        )
 
 
 def _rank(cls: IncidentClass | None) -> int:
@@ -111,13 +134,28 @@ def _insufficient(
     return Verdict(cls, (cls,), Confidence.LOW, summary, _ruled_out(ruled_out, (cls,)))
 
 
+def _doubted(
+    level: Confidence, summary: str, primary: Finding, doubts: Sequence[Doubt]
+) -> tuple[Confidence, str]:
+    """One step lower, and said, when a doubt touches what the verdict stands on."""
+    reasons = list(dict.fromkeys(d.reason for d in doubts if d.touches(primary)))
+    if not reasons:
+        return level, summary
+    lowered = _LOWER.get(level, level)
+    return (
+        lowered,
+        f"{summary}. Confidence {lowered.value}: {'; '.join(reasons)} (see input problems)",
+    )
+
+
 def classify(
     findings: Sequence[Finding],
     facts: Mapping[str, Fact | tuple[Fact, ...]],
     missing: Sequence[MissingEvidence],
     ruled_out: Sequence[RuledOut] = (),
+    doubts: Sequence[Doubt] = (),
 ) -> Verdict:
-    """The verdict for a set of findings."""
+    """The verdict for a set of findings; doubts about the inputs lower its confidence."""
     problems = [f for f in findings if f.implies not in _NOT_A_PROBLEM]
     candidates = [f for f in problems if f.severity.rank >= Severity.WARNING.rank]
     if candidates:
@@ -135,21 +173,13 @@ def classify(
                     f"; {primary.implies.value} ranks first as the cause of "
                     f"{', '.join(caused)} (causes before the symptoms they produce)"
                 )
-        return Verdict(
-            primary.implies,
-            classes,
-            confidence(primary, findings, missing),
-            summary,
-            _ruled_out(ruled_out, classes),
-        )
+        level, summary = _doubted(confidence(primary, findings, missing), summary, primary, doubts)
+        return Verdict(primary.implies, classes, level, summary, _ruled_out(ruled_out, classes))
     healthy = [f for f in findings if f.implies is IncidentClass.HEALTHY]
     if healthy:
         cls = IncidentClass.HEALTHY
-        return Verdict(
-            cls,
-            (cls,),
-            confidence(healthy[0], findings, missing),
-            healthy[0].title,
-            _ruled_out(ruled_out, (cls,)),
+        level, summary = _doubted(
+            confidence(healthy[0], findings, missing), healthy[0].title, healthy[0], doubts
         )
+        return Verdict(cls, (cls,), level, summary, _ruled_out(ruled_out, (cls,)))
     return _insufficient(findings, facts, missing, ruled_out)

@@ -26,6 +26,7 @@ from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
 from kvdiag.analyzer.schema import TABLES
 from kvdiag.reports import OutputFormat, render
+from kvdiag.reports.safe import plain
 from kvdiag.rules import RULES, get_rule
 
 EPILOG = "\b\nExit codes:\n" + exit_code_table()
@@ -211,7 +212,7 @@ def analyze_cmd(
         try:
             result = analyze(opts, _progress_printer(show_progress))
         except KvdiagError as exc:
-            click.echo(f"kvdiag: {exc}", err=True)
+            click.echo(f"kvdiag: {plain(exc)}", err=True)  # it may quote file names
             sys.exit(int(exc.exit_code))
         finally:
             if show_progress:
@@ -342,7 +343,7 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(ExitCode.USAGE if exc.exit_code == 2 else exc.exit_code)
     except KvdiagError as exc:
-        click.echo(f"kvdiag: {exc}", err=True)
+        click.echo(f"kvdiag: {plain(exc)}", err=True)  # it may quote file names
         sys.exit(int(exc.exit_code))
     except KeyboardInterrupt:
         click.echo("kvdiag: interrupted; nothing was written", err=True)

@@ -150,6 +150,12 @@ def discover(root: Path, scratch: Path | None = None) -> Discovery:
             status = "skipped" if why in ("empty file", "binary content") else "unrecognised"
             set_aside.append(InputRecord(rel, "unknown", status, why, size))
             continue
+        if ingester.max_bytes is not None and size > ingester.max_bytes:
+            why = (
+                f"{size:,} bytes: over the {ingester.max_bytes:,}-byte limit for a file read whole"
+            )
+            set_aside.append(InputRecord(rel, ingester.kind, "skipped", why, size))
+            continue
         key = ingester.series_key(rel) or rel
         groups[(ingester.kind, key)].append((path, rel))
         hint, source = ingester.time_hint(rel), "scrape file names"

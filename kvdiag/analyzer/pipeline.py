@@ -6,14 +6,23 @@ import dataclasses
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from kvdiag import __version__
-from kvdiag.analyzer import classify, engine, facts, fleet, missing, reconcile
+from kvdiag.analyzer import (
+    classify,
+    engine,
+    facts,
+    fleet,
+    missing,
+    reconcile,
+    timeline,
+    validate,
+)
 from kvdiag.analyzer.discover import DEFAULT_REPLICA, Discovery, discover
 from kvdiag.analyzer.errors import NoInputError
 from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
@@ -143,6 +152,25 @@ def _ingest_all(
     return records, problems
 
 
+def _listed(
+    records: Sequence[InputRecord], problems: Sequence[InputProblem] = (), limit: int = 10
+) -> str:
+    """Each file set aside and why, and the problems met: what exit code 3 explains."""
+    lines = [f"  {r.path}: {r.status}: {'; '.join((r.reason, *r.notes))}" for r in records]
+    lines += [f"  {p.path}:{p.line or ''} {p.message}" for p in problems]
+    more = [f"  ... and {len(lines) - limit} more"] if len(lines) > limit else []
+    return "".join(f"\n{line}" for line in lines[:limit] + more)
+
+
+def _validate(store: Store) -> tuple[list[InputProblem], tuple[classify.Doubt, ...]]:
+    """Set implausible rows aside, then check the cleaned store's times (before facts)."""
+    flagged = validate.implausible_rows(store.reader)
+    store.set_aside(flagged)
+    ranged, range_doubts = validate.range_problems(flagged)
+    timed, time_doubts = timeline.time_problems(store.reader)
+    return [*ranged, *timed], range_doubts + time_doubts
+
+
 def _with_model_config(found: Discovery, path: Path | None) -> Discovery:
     """--model-config PATH: one more input, read as a config.json whatever its content."""
     if path is None:
@@ -172,14 +200,19 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
     if not found.units:
         raise NoInputError(
             f"{root}: no file in it is a known input ({len(found.set_aside)} set aside)"
+            + _listed(found.set_aside)
         )
     store = Store(opts.db)
     try:
         records, problems = _ingest_all(found, opts, store, progress)
         clock.lap("ingest")
         if not any(r.status == "used" for r in records):
-            raise NoInputError(f"{root}: nothing in it could be ingested")
+            raise NoInputError(
+                f"{root}: nothing in it could be ingested" + _listed(records, problems)
+            )
         _store_inputs(store, records)
+        checked, doubts = _validate(store)
+        problems += checked
         if problems:
             store.append(
                 "input_problems",
@@ -193,7 +226,7 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
         absent = missing.missing_evidence(reader)
         clock.lap("facts")
         result = engine.run_rules(reader, established, opts)
-        verdict = classify.classify(result.findings, established, absent, result.ruled_out)
+        verdict = classify.classify(result.findings, established, absent, result.ruled_out, doubts)
         clock.lap("rules")
         series, window = build_series(reader)
         clock.lap("series")

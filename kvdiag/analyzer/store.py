@@ -25,6 +25,23 @@ def ddl(t: Table) -> str:
     return f'CREATE TABLE IF NOT EXISTS "{t.name}" (\n  {cols}\n)'
 
 
+INT32_LIMIT = 2**31 - 1
+
+
+def _fit(frame: pl.DataFrame, t: Table) -> pl.DataFrame:
+    """Integers wider than an INTEGER column saturate at the 32-bit limit instead of failing
+    the insert; the plausibility check (validate.py) then reports them with their line."""
+    narrow = [
+        pl.col(c.name).clip(-INT32_LIMIT, INT32_LIMIT).cast(pl.Int32)
+        for c in t.columns
+        if c.type == "INTEGER"
+        and c.name in frame.columns
+        and frame.schema[c.name].is_integer()
+        and frame.schema[c.name] != pl.Int32
+    ]
+    return frame.with_columns(narrow) if narrow else frame
+
+
 class StoreReader:
     """Read-only access to the store: what rules and fact-finders get."""
 
@@ -84,7 +101,7 @@ class Store:
         unknown = [c for c in frame.columns if c not in declared]
         if unknown:
             raise ValueError(f"{table_name}: undeclared columns {unknown}")
-        self._con.register("_kvdiag_batch", frame)
+        self._con.register("_kvdiag_batch", _fit(frame, table(table_name)))
         try:
             cols = ", ".join(f'"{c}"' for c in frame.columns)
             self._con.execute(
@@ -92,6 +109,25 @@ class Store:
             )
         finally:
             self._con.unregister("_kvdiag_batch")
+
+    def set_aside(self, flagged: pl.DataFrame) -> None:
+        """Move implausible rows out of their tables into `implausible_values`.
+
+        `flagged` has one row per (row, column) found implausible: table_name, row_id (the
+        DuckDB rowid), column_name, value, low, high and the row's provenance.
+        """
+        if flagged.is_empty():
+            return
+        self.append("implausible_values", flagged.drop("row_id"))
+        for (name,), rows in flagged.group_by("table_name"):
+            table(str(name))  # reject unknown names before they reach SQL
+            self._con.register("_kvdiag_rows", rows.select("row_id").unique())
+            try:
+                self._con.execute(
+                    f'DELETE FROM "{name}" WHERE rowid IN (SELECT row_id FROM _kvdiag_rows)'
+                )
+            finally:
+                self._con.unregister("_kvdiag_rows")
 
     def finish(self) -> Path | None:
         """Close; with --db, move the finished database into place and return its path."""

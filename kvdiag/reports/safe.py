@@ -13,6 +13,16 @@ _CONTROL = re.compile(
 )
 
 
+# Bidirectional embeddings, overrides and isolates reorder what follows them on screen, so a
+# name can display as something else ("Trojan Source"); they are dropped, not rendered.
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
 def plain(text: object) -> str:
-    """The text with control characters and escape sequences removed."""
-    return _CONTROL.sub("", str(text))
+    """The text with control characters, escape sequences and bidi overrides removed."""
+    return _BIDI.sub("", _CONTROL.sub("", str(text)))
+
+
+def one_line(text: object) -> str:
+    """`plain`, with line breaks shown as ⏎: a file name or a message never spans lines."""
+    return plain(text).replace("\n", "⏎")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from kvdiag.analyzer.model import Diagnosis, Finding, InputRecord, Severity
 from kvdiag.reports import view
 from kvdiag.reports.fmt import coverage, fmt_time, fmt_value, fmt_window
-from kvdiag.reports.safe import plain
+from kvdiag.reports.safe import one_line
 
 _STYLE = {"bold": "1", "red": "31", "yellow": "33", "green": "32", "dim": "2", "cyan": "36"}
 _SEVERITY_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
@@ -40,8 +40,8 @@ def _findings_table(d: Diagnosis, paint: _Painter) -> Iterator[str]:
         sev = paint(f"{f.severity.value.upper():<8}", "bold", _SEVERITY_STYLE[f.severity])
         layer = str(f.layer) if f.layer else "-"
         count = max(f.evidence_total, len(f.evidence))
-        replica = f" [{plain(f.replica)}]" if f.replica else ""
-        title = _clip(plain(f.title), TITLE_CHARS)
+        replica = f" [{one_line(f.replica)}]" if f.replica else ""
+        title = _clip(one_line(f.title), TITLE_CHARS)
         yield f"  {sev}{f.code:<7}{layer:<7}{count:>5}  {title}{replica}"
 
 
@@ -50,25 +50,25 @@ def _evidence(f: Finding, paint: _Painter) -> Iterator[str]:
     more = f", showing {len(f.evidence)}" if total > len(f.evidence) else ""
     yield f"  {paint(f.code, 'bold')} {f.name} evidence ({total}{more}):"
     for e in f.evidence:
-        where = paint(f"{plain(e.path)}:{e.line}" if e.line else plain(e.path), "bold")
-        yield f"    {where}  {fmt_time(e.ts)}  {plain(e.what)} = {fmt_value(e.value)}"
+        where = paint(f"{one_line(e.path)}:{e.line}" if e.line else one_line(e.path), "bold")
+        yield f"    {where}  {fmt_time(e.ts)}  {one_line(e.what)} = {one_line(fmt_value(e.value))}"
         if e.excerpt:
-            yield f"      {paint(_clip(plain(e.excerpt), EXCERPT_CHARS), 'dim')}"
+            yield f"      {paint(_clip(one_line(e.excerpt), EXCERPT_CHARS), 'dim')}"
 
 
 def _reconciliation(d: Diagnosis, paint: _Painter) -> Iterator[str]:
     for layer in view.reconciliation(d):
         status = paint(f"{layer.status_text:<12}", _STATUS_STYLE.get(layer.status, "dim"))
-        yield f"  {layer.layer} {plain(layer.title):<24}{status} {plain(layer.conclusion)}"
+        yield f"  {layer.layer} {one_line(layer.title):<24}{status} {one_line(layer.conclusion)}"
         for c in layer.rows:
             yield (
-                f"      {plain(c.quantity)}: expected {plain(c.expected)}, "
-                f"observed {plain(c.observed)}, gap {plain(c.gap)}"
+                f"      {one_line(c.quantity)}: expected {one_line(c.expected)}, "
+                f"observed {one_line(c.observed)}, gap {one_line(c.gap)}"
             )
 
 
 def _fleet(d: Diagnosis, paint: _Painter) -> Iterator[str]:
-    yield paint("FLEET", "bold") + f"  {plain(view.fleet_summary(d))}"
+    yield paint("FLEET", "bold") + f"  {one_line(view.fleet_summary(d))}"
     yield (
         f"    {'REPLICA':<20} {'VERDICT':<22} {'SEV':<8}{'PEAK':>5} {'P95':>5} {'VS OTHERS':>10}"
         f" {'WAIT':>5} {'PREEMPT':>8} {'REQS':>6}"
@@ -76,7 +76,7 @@ def _fleet(d: Diagnosis, paint: _Painter) -> Iterator[str]:
     for r in view.fleet_rows(d, FLEET_ROWS):
         mark = paint("! ", "bold", "red") if r.hot else "  "
         yield (
-            f"  {mark}{_clip(plain(r.replica), 20):<20} {r.verdict:<22} {r.severity:<8}"
+            f"  {mark}{_clip(one_line(r.replica), 20):<20} {r.verdict:<22} {r.severity:<8}"
             f"{r.peak:>5} {r.p95:>5} {r.gap:>10} {r.waiting:>5} {r.preemptions:>8} {r.requests:>6}"
         )
     if len(d.fleet) > FLEET_ROWS:
@@ -85,10 +85,10 @@ def _fleet(d: Diagnosis, paint: _Painter) -> Iterator[str]:
 
 def _fact_lines(d: Diagnosis) -> Iterator[str]:
     for f in view.fact_rows(d):
-        scope = f"{plain(f.scope)} " if f.scope else ""
+        scope = f"{one_line(f.scope)} " if f.scope else ""
         src = f.source or f.note
-        note = f" ({plain(f.note)})" if f.note and f.source else ""
-        yield f"  {f.name:<26} {plain(f.value):<22} {scope}{plain(src)}{note}"
+        note = f" ({one_line(f.note)})" if f.note and f.source else ""
+        yield f"  {f.name:<26} {one_line(f.value):<22} {scope}{one_line(src)}{note}"
 
 
 def _input_line(r: InputRecord) -> str:
@@ -101,22 +101,22 @@ def _input_line(r: InputRecord) -> str:
             counts += f", {r.lines_undecodable:,} undecodable"
     else:
         counts = ""
-    why = f" — {plain(r.reason)}" if r.reason else ""
-    return f"  {r.status:<12} {plain(r.path):<34} {r.kind:<12} {counts}{why}"
+    why = f" — {one_line(r.reason)}" if r.reason else ""
+    return f"  {r.status:<12} {one_line(r.path):<34} {r.kind:<12} {counts}{why}"
 
 
 def _verdict(d: Diagnosis, paint: _Painter) -> list[str]:
     v = d.verdict
     tone = {"ok": "green", "bad": "red"}.get(view.verdict_tone(d), "yellow")
     lines = [
-        paint(f"kvdiag {d.kvdiag_version} — incident {plain(d.incident)}", "bold"),
+        paint(f"kvdiag {d.kvdiag_version} — incident {one_line(d.incident)}", "bold"),
         "",
         f"VERDICT  {paint(v.primary.value, 'bold', tone)}"
         f"  (confidence {v.confidence.value}; classes: {', '.join(c.value for c in v.classes)})",
-        f"  {plain(v.summary)}",
+        f"  {one_line(v.summary)}",
         f"  window: {fmt_window(d.window, bool(d.series))}",
     ]
-    lines += [f"  ruled out {r.incident_class.value}: {plain(r.reason)}" for r in v.ruled_out]
+    lines += [f"  ruled out {r.incident_class.value}: {one_line(r.reason)}" for r in v.ruled_out]
     return lines
 
 
@@ -138,22 +138,23 @@ def render_text(diagnosis: Diagnosis, *, color: bool = False) -> str:
     if remedies:
         lines += ["", paint("REMEDIES", "bold")]
         lines += [
-            f"  {i}. {paint(plain(r.action), 'bold')} — {plain(r.rationale)} ({', '.join(r.codes)})"
+            f"  {i}. {paint(one_line(r.action), 'bold')} — {one_line(r.rationale)} "
+            f"({', '.join(r.codes)})"
             for i, r in enumerate(remedies, 1)
         ]
     lines += ["", paint("FACTS", "bold"), *(list(_fact_lines(d)) or ["  none"])]
     lines += ["", paint("INPUTS", "bold"), *(_input_line(r) for r in d.inputs)]
     for p in d.input_problems:
-        where = f"{plain(p.path)}:{p.line}" if p.line else plain(p.path)
-        lines.append(f"  problem      {where}: {plain(p.message)}")
+        where = f"{one_line(p.path)}:{p.line}" if p.line else one_line(p.path)
+        lines.append(f"  problem      {where}: {one_line(p.message)}")
     if d.missing_evidence:
         lines += ["", paint("MISSING EVIDENCE", "bold")]
-        lines += [f"  - {plain(m.what)}: {plain(m.would_decide)}" for m in d.missing_evidence]
+        lines += [f"  - {one_line(m.what)}: {one_line(m.would_decide)}" for m in d.missing_evidence]
     not_run = view.rules_not_run(d)
     lines += [
         "",
         paint("RULES", "bold") + f"  {len(d.rules) - len(not_run)} ran, {len(not_run)} did not",
     ]
-    lines += [f"  {r.status:<8} {r.code} {r.name}: {plain(r.reason)}" for r in not_run]
-    lines += [f"  engine problem: {plain(p)}" for p in d.engine_problems]
+    lines += [f"  {r.status:<8} {r.code} {r.name}: {one_line(r.reason)}" for r in not_run]
+    lines += [f"  engine problem: {one_line(p)}" for p in d.engine_problems]
     return "\n".join(lines) + "\n"

@@ -22,8 +22,7 @@ def load_facts(reader: StoreReader, facts: Facts) -> None:
     for name, metric, column, unit, scale in _LOAD_FACTS:
         rows = reader.sql(
             "SELECT * FROM metric_samples WHERE metric = ? AND suffix = '' AND value = "
-            "(SELECT max(value) FROM metric_samples WHERE metric = ? AND suffix = '' "
-            "AND isfinite(value)) "
+            "(SELECT max(value) FROM metric_samples WHERE metric = ? AND suffix = '') "
             "ORDER BY ts NULLS LAST, source_path, source_line LIMIT 1",
             [metric, metric],
         )

@@ -18,7 +18,9 @@ from kvdiag.analyzer.errors import FormatPackError
 
 SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created", "_info")
 METRIC_TYPES = ("gauge", "counter", "histogram", "info", "summary")
-_METRIC_KEYS = {"names", "type", "unit", "doc", "samples"}
+_METRIC_KEYS = {"names", "type", "unit", "doc", "samples", "range"}
+_TOP_KEYS = {"schema", "metric", "prefix_rewrites", "unit_ranges"}
+Range = tuple[float, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,7 @@ class MetricAlias:
     unit: str
     doc: str
     samples: tuple[str, ...] = ()
+    range: Range = (float("-inf"), float("inf"))  # plausible values (validate.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +121,11 @@ def parse_aliases(text: str, where: str) -> AliasTable:
     raw = tomllib.loads(text)
     if raw.get("schema") != 1:
         raise FormatPackError(f"{where}: unsupported schema {raw.get('schema')!r}")
-    if unknown := set(raw) - {"schema", "metric", "prefix_rewrites"}:
+    if unknown := set(raw) - _TOP_KEYS:
         raise FormatPackError(f"{where}: unknown key(s) {sorted(unknown)}")
+    unit_ranges = {
+        u: _range(r, f"{where}: unit_ranges.{u}") for u, r in raw.get("unit_ranges", {}).items()
+    }
     metrics = []
     seen: dict[str, str] = {}
     for canonical, spec in raw.get("metric", {}).items():
@@ -135,18 +141,40 @@ def parse_aliases(text: str, where: str) -> AliasTable:
                     f"{where}: {name!r} is listed under both {seen[name]} and {canonical}"
                 )
             seen[name] = canonical
+        unit = spec.get("unit", "")
+        if "range" in spec:
+            plausible = _range(spec["range"], f"{where}: metric.{canonical}.range")
+        elif unit in unit_ranges:
+            plausible = unit_ranges[unit]
+        else:
+            raise FormatPackError(
+                f"{where}: metric.{canonical}: unit {unit!r} has no unit_ranges entry"
+            )
         metrics.append(
             MetricAlias(
                 canonical,
                 tuple(spec["names"]),
                 spec["type"],
-                spec.get("unit", ""),
+                unit,
                 spec.get("doc", ""),
                 tuple(spec.get("samples", ())),
+                plausible,
             )
         )
     rewrites = tuple(raw.get("prefix_rewrites", {}).items())
     return AliasTable(tuple(metrics), rewrites)
+
+
+def _range(value: object, where: str) -> Range:
+    """A [low, high] pair of numbers (TOML's inf allowed), low <= high."""
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+        or value[0] > value[1]
+    ):
+        raise FormatPackError(f"{where}: must be [low, high] with low <= high, got {value!r}")
+    return float(value[0]), float(value[1])
 
 
 @cache

@@ -82,6 +82,9 @@ class Ingester(ABC):
     kind: ClassVar[str]
     description: ClassVar[str]
     tables: ClassVar[tuple[str, ...]]
+    # Ingesters that read a file whole (JSON documents, small configs) declare the largest
+    # they accept; discovery sets larger files aside with the reason. None: streamed.
+    max_bytes: ClassVar[int | None] = None
 
     @classmethod
     @abstractmethod

@@ -18,7 +18,8 @@ from typing import Any
 
 from kvdiag.analyzer.ingest.base import Emit, IngestContext, Ingester, InputUnit, TableBatch, Tally
 from kvdiag.analyzer.ingest.lines import ReadStats, iter_line_batches
-from kvdiag.analyzer.ingest.rows import clean_raw, frame_for, templates
+from kvdiag.analyzer.ingest.rows import as_float, as_int, clean_raw, frame_for, templates
+from kvdiag.analyzer.ingest.scrape_time import MS_THRESHOLD
 from kvdiag.analyzer.model import InputProblem
 
 # client_requests column -> JSON keys that carry it, first found wins
@@ -47,41 +48,44 @@ _OBJECT_LINE = re.compile(r"^\s*\{.*\}\s*$")
 
 
 def _when(value: Any) -> datetime | None:
+    """Unix seconds (milliseconds from 1e11 on, as scrape_time reads them) or ISO-8601."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return datetime.fromtimestamp(float(value), tz=UTC).replace(tzinfo=None)
+        seconds = float(value) / (1000 if abs(value) >= MS_THRESHOLD else 1)
+        try:
+            return datetime.fromtimestamp(seconds, tz=UTC).replace(tzinfo=None)
+        except (OverflowError, OSError, ValueError):  # NaN, or outside the years 1-9999
+            return None
     if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
+            return parsed.astimezone(UTC).replace(tzinfo=None) if parsed.tzinfo else parsed
+        except (OverflowError, ValueError):
             return None
-        return parsed.astimezone(UTC).replace(tzinfo=None) if parsed.tzinfo else parsed
     return None
 
 
-def _number(value: Any, kind: type) -> Any:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return kind(value)
-    except (TypeError, ValueError):
-        return None
+def request_row(obj: dict[str, Any], unreadable: set[str] | None = None) -> dict[str, Any] | None:
+    """client_requests columns of one request object, or None when it names no request field.
 
-
-def request_row(obj: dict[str, Any]) -> dict[str, Any] | None:
-    """client_requests columns of one request object, or None when it names no request field."""
+    Columns whose value is there but cannot be read (a time that is no time, a count that is
+    no number) are left empty and named in `unreadable`.
+    """
     row: dict[str, Any] = {}
     for column, keys in _FIELDS.items():
         row[column] = next((obj[k] for k in keys if obj.get(k) is not None), None)
     if all(row[c] is None for c in _TIMES + _INTS):
         return None
+    given = {c for c, v in row.items() if v is not None}
     for column in _TIMES:
         row[column] = _when(row[column])
     for column in _INTS:
-        row[column] = _number(row[column], int)
+        row[column] = as_int(row[column])
     for column in _FLOATS:
-        row[column] = _number(row[column], float)
+        row[column] = as_float(row[column])
     for column in ("request_id", "phase", "status", "finish_reason", "error"):
         row[column] = None if row[column] is None else str(row[column])
+    if unreadable is not None:
+        unreadable |= {c for c in given if row[c] is None}
     return row
 
 
@@ -109,11 +113,14 @@ class ClientRequestsIngester(Ingester):
         tally = Tally()
         rows = []
         unmatched: list[tuple[int, str]] = []
+        unreadable: set[str] = set()
         for batch in iter_line_batches(path, stats):
             for line_no, text in batch.iter_rows():
                 tally.total += 1
-                row = self._line(text)
-                if row is None:
+                row = self._line(text, unreadable)
+                if row is None and "\ufffd" in text:
+                    tally.undecodable += 1  # invalid bytes: no telling what it said
+                elif row is None:
                     tally.unmatched += 1
                     unmatched.append((line_no, text))
                 elif row:
@@ -124,18 +131,20 @@ class ClientRequestsIngester(Ingester):
                     tally.parsed += 1  # blank line
         if stats.truncated:
             yield InputProblem(rel, tally.total or None, stats.truncated)
+        if unreadable:
+            tally.notes.append(f"unreadable values left empty: {', '.join(sorted(unreadable))}")
         if rows:
             tally.records = len(rows)
             yield TableBatch("client_requests", frame_for("client_requests", rows))
         yield tally.account(rel, templates(unmatched))
 
     @staticmethod
-    def _line(text: str) -> dict[str, Any] | None:
+    def _line(text: str, unreadable: set[str]) -> dict[str, Any] | None:
         """The row of one line; {} for a blank line; None when it is not a request."""
         if not text.strip():
             return {}
         try:
             obj = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, or nested past Python's stack
             return None
-        return request_row(obj) if isinstance(obj, dict) else None
+        return request_row(obj, unreadable) if isinstance(obj, dict) else None

@@ -27,6 +27,15 @@ def _size(col: pl.Expr, bare_power: int) -> pl.Expr:
     return number * pl.lit(1024.0).pow(power)
 
 
+# The largest float below 2**63, so the saturated value still casts to a 64-bit integer.
+INT64_SATURATED = 9.2e18
+
+
+def _whole_bytes(size: pl.Expr) -> pl.Expr:
+    """A size in bytes as an integer; past 64 bits it saturates (validate.py reports it)."""
+    return size.round(0).clip(-INT64_SATURATED, INT64_SATURATED).cast(pl.Int64)
+
+
 _PROCESS = r"Process (\d+) has ([\d.]+ [KMGT]?i?B|\d+ bytes) memory in use"
 
 
@@ -37,7 +46,7 @@ def _process_list(col: pl.Expr) -> pl.Expr:
         pl.lit('{"pid": '),
         item.str.extract(_PROCESS, 1),
         pl.lit(', "bytes": '),
-        _size(item.str.extract(_PROCESS, 2), 0).round(0).cast(pl.Int64).cast(pl.String),
+        _whole_bytes(_size(item.str.extract(_PROCESS, 2), 0)).cast(pl.String),
         pl.lit("}"),
     )
     items = col.str.extract_all(_PROCESS).list.eval(as_json)
@@ -49,7 +58,12 @@ def convert(name: str, ftype: str) -> pl.Expr:
     """The typed column for a captured string field."""
     col = pl.col(name)
     if ftype == "int":
-        return col.str.replace_all(",", "").cast(pl.Int64, strict=False).alias(name)
+        digits = col.str.replace_all(",", "")
+        # More digits than 64 bits hold saturate instead of vanishing into NULL, so the
+        # plausibility check (validate.py) reports the line rather than nothing at all.
+        wide = digits.cast(pl.Float64, strict=False).clip(-INT64_SATURATED, INT64_SATURATED)
+        exact = digits.cast(pl.Int64, strict=False)
+        return exact.fill_null(wide.cast(pl.Int64, strict=False)).alias(name)
     if ftype == "float":
         return col.str.replace_all(",", "").cast(pl.Float64, strict=False).alias(name)
     if ftype == "ratio_pct":
@@ -57,7 +71,7 @@ def convert(name: str, ftype: str) -> pl.Expr:
         ratio = col.str.replace_all(",", "").cast(pl.Float64, strict=False)
         return (ratio * 100).round(6).alias(name)
     if ftype == "bytes":
-        return _size(col, 0).round(0).cast(pl.Int64).alias(name)
+        return _whole_bytes(_size(col, 0)).alias(name)
     if ftype == "gib":
         return (_size(col, 3) / 2**30).alias(name)
     if ftype == "count":

@@ -33,12 +33,14 @@ from kvdiag.analyzer.ingest.base import (
     TableBatch,
     Tally,
 )
-from kvdiag.analyzer.ingest.lines import iter_line_batches
+from kvdiag.analyzer.ingest.lines import ReadStats, iter_line_batches
 from kvdiag.analyzer.ingest.metric_tables import SampleBuilder, TemplateTally
 from kvdiag.analyzer.ingest.scrape_time import text_to_utc
+from kvdiag.analyzer.model import InputProblem
 
 _HEADER = re.compile(r'^\ufeff?"?(Time|time|Series|series)"?([,;\t])')
 _EXCEL_SEP = re.compile(r"^\ufeff?sep=(.)\s*$")
+_LINES = {"line_no": pl.Int64, "text": pl.String}
 _ZONE_NOTE = "times without a zone are taken as UTC (Grafana writes the browser's local time)"
 
 
@@ -48,6 +50,7 @@ class GrafanaCsvIngester(Ingester):
     kind = "grafana_csv"
     description = "Grafana panel CSV export (Inspect > Data > Download CSV)"
     tables = ("metric_samples", "config", "gpu_snapshots")
+    max_bytes = 512 << 20  # read whole into memory
 
     @classmethod
     def sniff(cls, name: str, head: str) -> int:
@@ -58,8 +61,12 @@ class GrafanaCsvIngester(Ingester):
 
     def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:
         rel = unit.rels[0]
-        lines = pl.concat(list(iter_line_batches(unit.files[0])))
+        stats = ReadStats()
+        batches = list(iter_line_batches(unit.files[0], stats))
+        lines = pl.concat(batches) if batches else pl.DataFrame(schema=_LINES)
         tally, templates = Tally(total=lines.height), TemplateTally()
+        if stats.truncated:
+            yield InputProblem(rel, lines.height or None, stats.truncated)
         cells = _cells(lines, tally, templates)
         parsed = cells.filter(pl.col("ts").is_not_null())
         numbers = parsed.filter(pl.col("value").is_not_null())
@@ -125,15 +132,22 @@ def _frame_cells(part: pl.DataFrame, tally: Tally, templates: TemplateTally) -> 
         first = part["text"][0] if part.height else ""
     header = _HEADER.match(first)
     if header is None:
-        tally.unmatched += part.height
-        templates.add(part.rename({"line_no": "source_line"}))
+        _unread(part, tally, templates)
         return pl.DataFrame()
     body = "\n".join(part["text"].to_list())
-    table = pl.read_csv(
-        io.StringIO(body), separator=header.group(2), infer_schema=False, truncate_ragged_lines=True
-    )
+    try:
+        table = pl.read_csv(
+            io.StringIO(body),
+            separator=header.group(2),
+            infer_schema=False,
+            truncate_ragged_lines=True,
+        )
+    except pl.exceptions.PolarsError as exc:  # duplicate column names, broken quoting ...
+        _unread(part, tally, templates)
+        tally.notes.append(f"frame at line {part['line_no'][0]}: not readable as CSV ({exc})")
+        return pl.DataFrame()
     if table.height != part.height - 1:  # a quoted cell spanning lines: rows lose their lines
-        tally.unmatched += part.height
+        _unread(part, tally, templates)
         tally.notes.append(f"frame at line {part['line_no'][0]}: cells span lines, not read")
         return pl.DataFrame()
     table = table.with_columns(
@@ -162,8 +176,15 @@ def _frame_cells(part: pl.DataFrame, tally: Tally, templates: TemplateTally) -> 
     ).drop("_t")
     bad = cells.filter(pl.col("ts").is_null()).select("line_no", "text").unique(maintain_order=True)
     tally.parsed += part.height - bad.height
-    tally.unmatched += bad.height
-    templates.add(bad.rename({"line_no": "source_line"}))
+    _unread(bad, tally, templates)
     return cells.filter(pl.col("ts").is_not_null()).select(
         "line_no", "text", "ts", "series", "cell", "value"
     )
+
+
+def _unread(rows: pl.DataFrame, tally: Tally, templates: TemplateTally) -> None:
+    """Count lines not read: undecodable when they hold invalid bytes, else unmatched."""
+    garbled = rows["text"].str.contains("\ufffd", literal=True)
+    tally.undecodable += int(garbled.sum())
+    tally.unmatched += rows.height - int(garbled.sum())
+    templates.add(rows.filter(~garbled).rename({"line_no": "source_line"}))

@@ -73,6 +73,7 @@ class LaunchFlagsIngester(Ingester):
     kind = "launch_flags"
     description = "server launch command: cmdline/args file, shell script, harness launch.txt"
     tables = ("config", "model_config")
+    max_bytes = MAX_SMALL_FILE  # read whole into memory
 
     @classmethod
     def sniff(cls, name: str, head: str) -> int:
@@ -90,9 +91,11 @@ class LaunchFlagsIngester(Ingester):
             yield from self._one(path, rel, unit.replica)
 
     def _one(self, path: Path, rel: str, replica: str) -> Iterator[Emit]:
-        text, cut = read_text(path)
+        text, cut, broken = read_text(path)
         if cut:
             yield InputProblem(rel, None, f"larger than {MAX_SMALL_FILE} bytes: read no further")
+        if broken:
+            yield InputProblem(rel, None, broken)
         record = _Record(rel, text.split("\n"))
         tally = Tally(total=count_lines(text))
         if "\x00" in text:  # /proc/PID/cmdline: the words, NUL-separated, one line
@@ -116,11 +119,14 @@ class LaunchFlagsIngester(Ingester):
         i = 0
         while i < len(lines):
             used, ok = _step(record, lines, i)
+            span = range(i, i + used)
             if ok:
                 tally.parsed += used
-            else:
-                tally.unmatched += used
-                record.unmatched += [(n + 1, lines[n]) for n in range(i, i + used)]
+            else:  # lines with invalid bytes are undecodable, the rest unmatched
+                garbled = [n for n in span if "\ufffd" in lines[n]]
+                tally.undecodable += len(garbled)
+                tally.unmatched += used - len(garbled)
+                record.unmatched += [(n + 1, lines[n]) for n in span if n not in garbled]
             i += used
 
 
@@ -145,7 +151,8 @@ def _step(record: _Record, lines: list[str], i: int) -> tuple[int, bool]:
 def _command_end(lines: list[str], i: int) -> int:
     """Last line of the command starting at i: `\\` continuations and open quotes join lines."""
     end = i
-    while end < len(lines) - 1:
+    # Bounded: an unclosed quote must not make every later line rejoin the command.
+    while end < min(len(lines) - 1, i + MAX_COMMAND_LINES + 1):
         joined = "\n".join(t.rstrip().removesuffix("\\") for t in lines[i : end + 1])
         if not lines[end].rstrip().endswith("\\") and _balanced(joined):
             break
@@ -184,7 +191,7 @@ def _json_block(lines: list[str], i: int) -> tuple[Any, int] | None:
         if lines[end].strip().endswith(("}", "]")):
             try:
                 return json.loads("\n".join(lines[i : end + 1])), end - i + 1
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # not JSON yet, or nested past the stack
                 continue
     return None
 

@@ -22,10 +22,13 @@ import polars as pl
 from kvdiag.analyzer.ingest.base import Emit, IngestContext, Ingester, InputUnit, TableBatch, Tally
 from kvdiag.analyzer.ingest.rows import (
     MAX_SMALL_FILE,
+    as_int,
     clean_raw,
     count_lines,
     frame_for,
+    load_json,
     read_text,
+    undecodable_lines,
 )
 from kvdiag.analyzer.model import InputProblem
 
@@ -43,7 +46,20 @@ def _first(cfg: Mapping[str, Any], *keys: str) -> Any:
 
 
 def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """A JSON number as an integer (saturated past 64 bits); None for anything else."""
+    return as_int(value) if isinstance(value, int | float) else None
+
+
+def _text(value: Any) -> str | None:
+    """A JSON value for a text column: strings as they are, anything else as JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+# Per-layer lists are built for at most this many layers; a config claiming more is
+# implausible (validate.py reports it) and gets no per-layer counts.
+MAX_LAYERS = 1_000_000
 
 
 def _language_part(cfg: Mapping[str, Any]) -> tuple[Mapping[str, Any], str | None]:
@@ -129,26 +145,26 @@ def model_config_row(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     heads = _int(_first(lang, "num_attention_heads", "n_head", "num_heads"))
     hidden = _int(_first(lang, "hidden_size", "n_embd", "d_model"))
-    kinds = layer_kinds(lang, layers)
+    kinds = layer_kinds(lang, layers) if layers <= MAX_LAYERS else []
     archs = cfg.get("architectures") or lang.get("architectures") or [None]
     window = _int(lang.get("sliding_window")) if "sliding" in kinds else None
     listed = _first(lang, "layer_types", "layers_block_type")
     return {
-        "architecture": archs[0] if isinstance(archs, list) and archs else None,
-        "model_type": _first(cfg, "model_type") or lang.get("model_type"),
+        "architecture": _text(archs[0]) if isinstance(archs, list) and archs else None,
+        "model_type": _text(_first(cfg, "model_type") or lang.get("model_type")),
         "num_layers": layers,
         "num_attention_heads": heads,
         "num_kv_heads": _kv_heads(lang, heads),
         "head_dim": _head_dim(lang, hidden, heads),
         "hidden_size": hidden,
-        "dtype": _first(lang, "dtype", "torch_dtype") or _first(cfg, "dtype", "torch_dtype"),
+        "dtype": _text(_first(lang, "dtype", "torch_dtype") or _first(cfg, "dtype", "torch_dtype")),
         "max_position_embeddings": _int(
             _first(lang, "max_position_embeddings", "n_positions", "seq_length")
         ),
         "sliding_window": window,
-        "sliding_layers": kinds.count("sliding"),
-        "full_attention_layers": kinds.count("full"),
-        "linear_layers": kinds.count("linear"),
+        "sliding_layers": kinds.count("sliding") if kinds else None,
+        "full_attention_layers": kinds.count("full") if kinds else None,
+        "linear_layers": kinds.count("linear") if kinds else None,
         "kv_lora_rank": _int(lang.get("kv_lora_rank")),
         "qk_rope_head_dim": _int(lang.get("qk_rope_head_dim")),
         "layer_types": json.dumps(listed) if isinstance(listed, list) else None,
@@ -184,6 +200,7 @@ class ModelConfigIngester(Ingester):
     kind = "model_config"
     description = "HuggingFace model config.json (layers, heads, head_dim, dtype, windows, MLA)"
     tables = ("model_config",)
+    max_bytes = MAX_SMALL_FILE  # read whole into memory
 
     @classmethod
     def sniff(cls, name: str, head: str) -> int:
@@ -200,21 +217,20 @@ class ModelConfigIngester(Ingester):
             yield from self._one(path, rel, unit.replica)
 
     def _one(self, path: Path, rel: str, replica: str) -> Iterator[Emit]:
-        text, cut = read_text(path)
-        lines = text.split("\n")
-        tally = Tally(total=count_lines(text))
-        try:
-            cfg = json.loads(text) if not cut else None
-        except json.JSONDecodeError as exc:
-            yield InputProblem(rel, exc.lineno, f"not valid JSON: {exc.msg}")
-            cfg = None
+        small = read_text(path, MAX_SMALL_FILE)
+        lines = small.text.split("\n")
+        tally = Tally(total=count_lines(small.text))
+        if small.broken:
+            yield InputProblem(rel, None, small.broken)
+        cfg, problem = load_json(small, MAX_SMALL_FILE)
+        if problem is not None:
+            yield InputProblem(rel, *problem)
         row = model_config_row(cfg) if isinstance(cfg, dict) else None
         if row is None:
-            if cut:
-                yield InputProblem(rel, None, f"larger than {MAX_SMALL_FILE} bytes: not read")
-            elif isinstance(cfg, dict):
+            if isinstance(cfg, dict):
                 yield InputProblem(rel, None, "JSON without a layer count: not a model config")
-            tally.unmatched = tally.total
+            tally.undecodable = undecodable_lines(small.text) if problem else 0
+            tally.unmatched = tally.total - tally.undecodable
             yield tally.account(rel)
             return
         at = key_line(lines, row)

@@ -111,6 +111,7 @@ class NvidiaSmiIngester(Ingester):
     kind = "nvidia_smi"
     description = "nvidia-smi output: table, --query-gpu / --query-compute-apps CSV, -q -x XML"
     tables = ("gpu_snapshots", "gpu_processes")
+    max_bytes = 512 << 20  # read whole into memory
 
     @classmethod
     def sniff(cls, name: str, head: str) -> int:

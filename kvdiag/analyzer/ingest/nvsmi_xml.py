@@ -63,7 +63,8 @@ def parse(text: str, first_line: int) -> Node:
     parser.EndElementHandler = end
     parser.CharacterDataHandler = chars
     try:
-        parser.Parse(text, True)
+        # Expat ends a line at a bare \r too; lines end only at \n here (as grep counts).
+        parser.Parse(text.replace("\r", " "), True)
     except expat.ExpatError as exc:
         exc.lineno = (exc.lineno or 1) + first_line - 1
         raise

@@ -18,7 +18,6 @@ that carry no `__name__` (aggregations such as `max by (instance) (...)` drop it
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,9 +35,9 @@ from kvdiag.analyzer.ingest.base import (
     TableBatch,
     Tally,
 )
-from kvdiag.analyzer.ingest.lines import open_binary
 from kvdiag.analyzer.ingest.metric_tables import SampleBuilder
 from kvdiag.analyzer.ingest.prom_parse import render_head
+from kvdiag.analyzer.ingest.rows import count_lines, load_json, read_text, undecodable_lines
 from kvdiag.analyzer.ingest.scrape_time import epoch_text_time, epoch_to_utc
 from kvdiag.analyzer.model import InputProblem
 
@@ -67,6 +66,7 @@ class PromApiIngester(Ingester):
     kind = "prom_api"
     description = "Prometheus HTTP API JSON (/api/v1/query, /api/v1/query_range) saved to a file"
     tables = ("metric_samples", "config", "gpu_snapshots")
+    max_bytes = 256 << 20  # read whole and parsed as one document
 
     @classmethod
     def sniff(cls, name: str, head: str) -> int:
@@ -79,21 +79,23 @@ class PromApiIngester(Ingester):
 
     def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:
         rel = unit.rels[0]
-        with open_binary(unit.files[0]) as fh:
-            text = fh.read().decode("utf-8", errors="replace")
-        n_lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+        small = read_text(unit.files[0], self.max_bytes)
+        text = small.text
+        n_lines = count_lines(text)
         tally = Tally(total=n_lines)
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            tally.unmatched = n_lines
-            yield InputProblem(rel, exc.lineno, f"not valid JSON: {exc.msg}")
+        if small.broken:
+            yield InputProblem(rel, None, small.broken)
+        doc, problem = load_json(small, self.max_bytes)
+        if problem is not None:
+            tally.undecodable = undecodable_lines(text)
+            tally.unmatched = n_lines - tally.undecodable
+            yield InputProblem(rel, problem[0], problem[1])
             yield tally.account(rel)
             return
         tally.parsed = n_lines
         series = _Series()
-        for problem in _collect(doc, series):
-            yield InputProblem(rel, None, problem)
+        for message in _collect(doc, series):
+            yield InputProblem(rel, None, message)
         samples = _samples(text, series, rel, n_lines, tally)
         builder = SampleBuilder(load_aliases(), unit.replica)
         if samples.height:
@@ -126,10 +128,14 @@ def _collect(doc: Any, series: _Series) -> Iterator[str]:
         data = part.get("data", part)
         kind = data.get("resultType") if isinstance(data, dict) else None
         if kind not in ("vector", "matrix"):
-            series.skip(f"{kind or 'unknown'} results")
+            series.skip(f"{kind if isinstance(kind, str) else 'unknown'} results")
+            continue
+        result = data.get("result") or []
+        if not isinstance(result, list):
+            series.skip("results that are not a list of series")
             continue
         query, named = part.get("query"), part.get("series_name")
-        for item in data.get("result") or []:
+        for item in result:
             _add_series(item, kind, series, _text(query), _text(named))
 
 
@@ -137,12 +143,22 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _add_series(
-    item: dict[str, Any], kind: str, series: _Series, query: str = "", named: str = ""
-) -> None:
-    labels = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
+def _is_pair(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2
+
+
+def _add_series(item: Any, kind: str, series: _Series, query: str = "", named: str = "") -> None:
+    metric = item.get("metric") if isinstance(item, dict) else None
+    if not isinstance(item, dict) or not isinstance(metric, dict | None):
+        series.skip("series that are not objects with labels")
+        return
+    labels = {str(k): str(v) for k, v in (metric or {}).items()}
     name = labels.pop("__name__", None) or named or None
-    pairs = [item["value"]] if kind == "vector" and "value" in item else item.get("values", [])
+    listed = [item["value"]] if kind == "vector" and "value" in item else item.get("values", [])
+    listed = listed if isinstance(listed, list) else [listed]
+    pairs = [p for p in listed if _is_pair(p)]
+    if len(pairs) < len(listed):
+        series.skip("sample pairs that are not [time, value]")
     if "histogram" in item or "histograms" in item:
         series.skip("native histogram series")
     series.heads.append(render_head(name, labels) if name else "")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import codecs
+import json
 import re
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
+from kvdiag.analyzer.ingest.fieldtypes import INT64_SATURATED
 from kvdiag.analyzer.ingest.lines import open_binary
 from kvdiag.analyzer.model import UnmatchedTemplate
 from kvdiag.analyzer.schema import table
@@ -41,9 +45,48 @@ def frame_for(table_name: str, rows: Sequence[Mapping[str, Any]]) -> pl.DataFram
         extra = set(row) - declared
         if extra:
             raise ValueError(f"{table_name}: undeclared columns {sorted(extra)}")
-    schema = {c.name: _POLARS[c.type] for c in columns}
-    data = {c.name: [row.get(c.name) for row in rows] for c in columns}
+    # Integers are built 64 bits wide and saturated (as_int): the store narrows INTEGER
+    # columns, and validate.py reports what does not fit.
+    schema = {c.name: pl.Int64 if c.type == "INTEGER" else _POLARS[c.type] for c in columns}
+    data = {
+        c.name: [
+            _saturated(row.get(c.name)) if c.type in _INTS else row.get(c.name) for row in rows
+        ]
+        for c in columns
+    }
     return pl.DataFrame(data, schema=schema)
+
+
+_INTS = ("INTEGER", "BIGINT")
+
+
+def _saturated(value: Any) -> Any:
+    return as_int(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def as_int(value: Any) -> int | None:
+    """An integer column's value from JSON or text; None when it is no integer.
+
+    Beyond 64 bits it saturates, as fieldtypes.py does for log fields, so the plausibility
+    check (validate.py) reports the row instead of the frame failing to build.
+    """
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: float infinity
+        return None
+    return max(-int(INT64_SATURATED), min(int(INT64_SATURATED), number))
+
+
+def as_float(value: Any) -> float | None:
+    """A float column's value from JSON or text (NaN and infinities kept for validate.py)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def clean_raw(text: str) -> str:
@@ -51,11 +94,54 @@ def clean_raw(text: str) -> str:
     return _CONTROL.sub("", text).rstrip()[:MAX_RAW]
 
 
-def read_text(path: Path, limit: int = MAX_SMALL_FILE) -> tuple[str, bool]:
-    """A small text file decoded (gzip transparent); True when it was cut at `limit`."""
+class SmallText(NamedTuple):
+    """A small file read whole: its text, and why it may be incomplete."""
+
+    text: str
+    cut: bool  # larger than the limit (once decompressed): only the first part was read
+    broken: str | None  # why the stream ended early (a truncated or corrupt gzip)
+
+
+def read_text(path: Path, limit: int = MAX_SMALL_FILE) -> SmallText:
+    """A small text file decoded (gzip transparent, UTF-16 by its BOM), at most `limit` bytes.
+
+    A stream that breaks off keeps what was read before the break.
+    """
+    chunks: list[bytes] = []
+    size, broken = 0, None
     with open_binary(path) as fh:
-        data = fh.read(limit + 1)
-    return data[:limit].decode("utf-8", errors="replace"), len(data) > limit
+        try:
+            while size <= limit and (block := fh.read(min(1 << 20, limit + 1 - size))):
+                chunks.append(block)
+                size += len(block)
+        except (OSError, EOFError, zlib.error) as exc:
+            broken = f"stream ends early: {exc}"
+    data = b"".join(chunks)
+    return SmallText(_decode(data[:limit]), size > limit, broken)
+
+
+def _decode(data: bytes) -> str:
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16", errors="replace")
+    return data.removeprefix(codecs.BOM_UTF8).decode("utf-8", errors="replace")
+
+
+def load_json(small: SmallText, limit: int) -> tuple[Any, tuple[int | None, str] | None]:
+    """The JSON document of a small file, or (line, message) saying why it cannot be read."""
+    if small.cut:
+        return None, (None, f"larger than {limit:,} bytes once decompressed: not read")
+    try:
+        return json.loads(small.text), None
+    except json.JSONDecodeError as exc:  # at the end of a text ending in \n: its last line
+        line = min(exc.lineno, max(count_lines(small.text), 1))
+        return None, (line, f"not valid JSON: {exc.msg}")
+    except RecursionError:
+        return None, (None, "JSON nested deeper than can be read: not read")
+
+
+def undecodable_lines(text: str) -> int:
+    """Lines holding bytes that were not valid UTF-8 (decoded as U+FFFD)."""
+    return sum(1 for line in text.split("\n") if "\ufffd" in line)
 
 
 def count_lines(text: str) -> int:

@@ -45,6 +45,23 @@ CORE_TABLES: tuple[Table, ...] = (
         ),
     ),
     Table(
+        "implausible_values",
+        "Values that cannot be true (out of their plausible range, NaN, infinite): each row "
+        "was moved here from its table before facts and rules ran (plausible.toml).",
+        PROVENANCE
+        + cols(
+            ("table_name", "VARCHAR", "table the row was removed from"),
+            (
+                "column_name",
+                "VARCHAR",
+                "the column, the metric (metric_samples) or the key (config)",
+            ),
+            ("value", "DOUBLE", "the value as read"),
+            ("low", "DOUBLE", "lowest plausible value"),
+            ("high", "DOUBLE", "highest plausible value"),
+        ),
+    ),
+    Table(
         "input_problems",
         "Problems with inputs that the analysis worked around (also in the report).",
         cols(
