@@ -17,9 +17,9 @@ from kvdiag.analyzer.model import Evidence
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.queries import (
     counter,
-    counter_increase,
     counter_total,
     gauge,
+    of_replica,
     replica_part,
 )
 
@@ -121,7 +121,7 @@ def preemptions(ctx: RuleContext, replica: str | None = None) -> Preemptions:
     if replica is not None and series.height:
         series = replica_part(ctx, ("counter", "num_preemptions"), series, replica)
     if series.height:
-        total = int(counter_increase(series))
+        total = int(counter_total(ctx, "num_preemptions", replica) or 0)
         last = series.row(series.height - 1, named=True)
         return Preemptions(
             total, (ctx.evidence(last, "num_preemptions_total", last["value"]),), "counter"
@@ -170,7 +170,7 @@ class Pressure:
 def pressure(ctx: RuleContext, replica: str | None = None) -> Pressure:
     ev: list[Evidence] = []
     swapped = 0
-    lines = _of_replica(ctx, "swapped_lines", _SWAPPED_LINES, replica)
+    lines = of_replica(ctx, _SWAPPED_LINES, replica)
     if lines.height:
         row = lines.row(0, named=True)
         swapped = int(row["swapped"])
@@ -184,7 +184,7 @@ def pressure(ctx: RuleContext, replica: str | None = None) -> Pressure:
         row = gauge_rows.sort("value", descending=True).row(0, named=True)
         swapped = max(swapped, int(row["value"]))
         ev.append(ctx.evidence(row, "num_requests_swapped", row["value"]))
-    http = _of_replica(ctx, "rejected_http", _REJECTED_HTTP, replica)
+    http = of_replica(ctx, _REJECTED_HTTP, replica)
     ev += [ctx.evidence(r, "http_status", r["status"]) for r in http.head(2).to_dicts()]
     rejected = http.height + int(counter_total(ctx, "admission_rejections", replica) or 0)
     return Pressure(swapped, rejected, tuple(ev))
@@ -192,9 +192,3 @@ def pressure(ctx: RuleContext, replica: str | None = None) -> Pressure:
 
 _SWAPPED_LINES = "SELECT * FROM log_stats WHERE swapped > 0 ORDER BY swapped DESC"
 _REJECTED_HTTP = "SELECT * FROM log_http WHERE status IN (429, 503) ORDER BY ts, source_line"
-
-
-def _of_replica(ctx: RuleContext, key: str, query: str, replica: str | None) -> pl.DataFrame:
-    """The rows of a whole-store query (read once), or of one replica of them."""
-    frame = ctx.store.memo(key, lambda: ctx.sql(query))
-    return frame if replica is None else replica_part(ctx, key, frame, replica)

@@ -19,6 +19,7 @@ __all__ = [
     "gauge",
     "histogram_mean",
     "histogram_quantile",
+    "of_replica",
     "prefix_hit_rate",
     "replica_part",
 ]
@@ -58,6 +59,15 @@ def replica_part(
     """
     parts = ctx.store.memo(("parts", key), lambda: _split(frame))
     return parts.get(replica, frame.clear())
+
+
+def of_replica(ctx: RuleContext, query: str, replica: str | None) -> pl.DataFrame:
+    """The rows of a whole-store query (read once per analysis), or one replica's of them.
+
+    Row order within a replica is the query's own.
+    """
+    frame = ctx.store.memo(("query", query), lambda: ctx.sql(query))
+    return frame if replica is None else replica_part(ctx, ("query", query), frame, replica)
 
 
 def _split(frame: pl.DataFrame) -> dict[Any, pl.DataFrame]:
