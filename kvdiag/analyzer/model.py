@@ -285,8 +285,18 @@ class Diagnosis:
         return out
 
 
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
     """Turn records into JSON-ready dicts, lists and scalars (enums become their values)."""
+    kind = type(value)  # exact types first: a fleet's chart points are most of the calls
+    if kind in _SCALARS:
+        return value
+    if kind is float:
+        return None if value != value else value  # NaN is not JSON
+    if kind is tuple or kind is list:
+        return [_plain(v) for v in value]
     if isinstance(value, enum.Enum):
         return value.value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

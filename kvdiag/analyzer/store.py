@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import polars as pl
 
 from kvdiag.analyzer.schema import TABLES, Table, table
+
+T = TypeVar("T")
 
 
 def ddl(t: Table) -> str:
@@ -47,6 +49,20 @@ class StoreReader:
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self._con = con
+        self._memo: dict[Hashable, Any] = {}
+
+    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """`compute()`, run once per reader and key, its result shared afterwards.
+
+        A reader is handed out once the store is complete, so what it read stays true.
+        Rules that judge each replica of a fleet ask for the same whole-fleet frames again
+        and again; reading them once keeps the cost linear in the replicas. Callers must
+        not change what they get (polars frames are immutable; dicts and lists are not).
+        """
+        if key not in self._memo:
+            self._memo[key] = compute()
+        value: T = self._memo[key]
+        return value
 
     def sql(self, query: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
         """Run a read query and return a polars frame."""

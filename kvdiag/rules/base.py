@@ -107,16 +107,18 @@ class RuleContext:
         cache_config_info's `cache_dtype` count as the key. Rows recorded as defaults
         come last.
         """
-        where, params = "", []
-        if replica is not None:
-            where, params = "WHERE replica = ?", [replica]
-        rows = self.sql(f"SELECT * FROM config {where}", params).to_dicts()
+        rows = self.store.memo(("config", replica), lambda: self._config_rows(replica))
         found = effective_value(key, rows, EngineContext())
         if found is not None and found.row is not None:
             return {**found.row, "value": found.value}
         # Rows recorded as a default (origin "default") rank last.
         defaults = [r for r in rows if r.get("key") == key and r.get("origin") == "default"]
-        return defaults[0] if defaults else None
+        return dict(defaults[0]) if defaults else None
+
+    def _config_rows(self, replica: str | None) -> list[dict[str, Any]]:
+        """The config table's rows (read once for all replicas), or one replica's."""
+        rows = self.store.memo("config_rows", lambda: self.sql("SELECT * FROM config").to_dicts())
+        return rows if replica is None else [r for r in rows if r.get("replica") == replica]
 
     def evidence(self, row: Mapping[str, Any], what: str, value: Any) -> Evidence:
         """Evidence from a store row that carries provenance columns."""

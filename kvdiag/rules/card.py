@@ -16,6 +16,7 @@ from kvdiag.analyzer.model import Evidence
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.kvbytes import bytes_per_token, dtype_bytes, mla_bytes_per_token
 from kvdiag.rules.ledger import GIB, Ledger
+from kvdiag.rules.queries import of_replica
 from kvdiag.rules.vocabulary import engine_process_words
 
 _MEMORY_COLS = (
@@ -86,30 +87,19 @@ def card(ctx: RuleContext, replica: str | None) -> Card:
     return c
 
 
-def _where(replica: str | None, extra: str = "") -> tuple[str, list[Any]]:
-    clauses = [extra] if extra else []
-    params: list[Any] = []
-    if replica is not None:
-        clauses.append("replica = ?")
-        params.append(replica)
-    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
-
-
 def _on_cpu(ctx: RuleContext, replica: str | None) -> bool:
-    w, p = _where(replica, "upper(device) = 'CPU'")
-    w2, _ = _where(replica, "upper(kv_device) = 'CPU'")
     return bool(
-        ctx.sql(f"SELECT count(*) FROM log_kv_pool{w}", p).item()
-        or ctx.sql(f"SELECT count(*) FROM log_stats{w2}", p).item()
+        of_replica(ctx, "SELECT * FROM log_kv_pool WHERE upper(device) = 'CPU'", replica).height
+        or of_replica(
+            ctx, "SELECT replica FROM log_stats WHERE upper(kv_device) = 'CPU'", replica
+        ).height
     )
 
 
 def _memory_lines(ctx: RuleContext, replica: str | None, c: Card) -> None:
     """First stated value of each ledger term (rank 0 first: one GPU's ledger)."""
-    w, p = _where(replica)
-    rows = ctx.sql(
-        f"SELECT * FROM log_memory{w} ORDER BY coalesce(rank, 0), ts NULLS LAST, source_line", p
-    )
+    order = "coalesce(rank, 0), ts NULLS LAST, source_line"
+    rows = of_replica(ctx, f"SELECT * FROM log_memory ORDER BY {order}", replica)
     for col in _MEMORY_COLS:
         hit = rows.filter(pl.col(col).is_not_null()) if rows.height else rows
         if hit.is_empty():
@@ -136,8 +126,9 @@ def _pool(ctx: RuleContext, replica: str | None, c: Card) -> None:
         if c.pool_gib is None:
             c.pool_gib, c.pool_how = float(explicit["value"]) / GIB, "kv_cache_memory_bytes"
         c.evidence.append(ctx.evidence(explicit, "kv_cache_memory_bytes", explicit["value"]))
-    w, p = _where(replica, "gib IS NOT NULL")
-    rows = ctx.sql(f"SELECT * FROM log_kv_pool{w} ORDER BY gib, source_line", p)
+    rows = of_replica(
+        ctx, "SELECT * FROM log_kv_pool WHERE gib IS NOT NULL ORDER BY gib, source_line", replica
+    )
     if rows.height:
         row = rows.row(0, named=True)  # the group is clamped to its smallest rank
         if row["total_gib"] is not None:  # "Explicitly set (a/b) GiB for KV cache on node N"
@@ -160,8 +151,7 @@ def _pool_from_tokens(ctx: RuleContext, replica: str | None, c: Card) -> None:
 
 def model_bytes_per_token(ctx: RuleContext, replica: str | None) -> int | None:
     """KV bytes per token on one GPU from config.json, the KV dtype and the TP size."""
-    w, p = _where(replica)
-    rows = ctx.sql(f"SELECT * FROM model_config{w} LIMIT 1", p)
+    rows = of_replica(ctx, "SELECT * FROM model_config", replica).head(1)
     if rows.is_empty():
         return None
     m = rows.row(0, named=True)
@@ -191,9 +181,10 @@ def _config(ctx: RuleContext, replica: str | None, c: Card) -> None:
 
 def _snapshots(ctx: RuleContext, replica: str | None, c: Card) -> None:
     """The latest snapshot's GPUs, and processes on them not identified as this engine."""
-    w, p = _where(replica)
-    snaps = ctx.sql(
-        f"SELECT * FROM gpu_snapshots{w} ORDER BY ts DESC NULLS LAST, source_path DESC, gpu", p
+    snaps = of_replica(
+        ctx,
+        "SELECT * FROM gpu_snapshots ORDER BY ts DESC NULLS LAST, source_path DESC, gpu",
+        replica,
     )
     if snaps.is_empty():
         return
@@ -217,10 +208,10 @@ def _snapshots(ctx: RuleContext, replica: str | None, c: Card) -> None:
                 ctx.evidence(r, "memory_free_mib", round(free * 1024)),
             )
         )
-    procs = ctx.sql(f"SELECT * FROM gpu_processes{w} ORDER BY used_mib DESC NULLS LAST", p)
-    log_pids = set(
-        ctx.sql("SELECT DISTINCT pid FROM log_engine WHERE pid IS NOT NULL")["pid"].to_list()
-    )
+    by_use = "SELECT * FROM gpu_processes ORDER BY used_mib DESC NULLS LAST"
+    procs = of_replica(ctx, by_use, replica)
+    pids = of_replica(ctx, "SELECT DISTINCT pid FROM log_engine WHERE pid IS NOT NULL", None)
+    log_pids = set(pids["pid"].to_list())
 
     def ours(r: dict[str, Any]) -> bool:
         name = str(r["process_name"] or "").lower()

@@ -119,16 +119,24 @@ class KvHeadroom(Rule):
 
 
 def _trouble(ctx: RuleContext, replica: str | None) -> Iterator[str]:
-    where, params = ("WHERE replica = ?", [replica]) if replica is not None else ("", [])
-    ooms = ctx.sql(f"SELECT count(*) AS n FROM log_oom {where}", params).item()
+    ooms = _count(ctx, "log_oom", replica)
     if ooms:
         yield f"{ooms} CUDA out-of-memory errors"
-    errors = ctx.sql(f"SELECT count(*) AS n FROM log_capacity_errors {where}", params).item()
+    errors = _count(ctx, "log_capacity_errors", replica)
     if errors:
         yield f"{errors} capacity errors"
     rejected = pressure(ctx, replica).rejected
     if rejected:
         yield f"{rejected} rejected requests"
+
+
+def _count(ctx: RuleContext, table: str, replica: str | None) -> int:
+    """Rows of a log table, of one replica or of all (counted once for every replica)."""
+    counts = ctx.store.memo(
+        ("count_by_replica", table),
+        lambda: dict(ctx.sql(f"SELECT replica, count(*) FROM {table} GROUP BY ALL").rows()),
+    )
+    return sum(counts.values()) if replica is None else counts.get(replica, 0)
 
 
 def _growth(

@@ -16,7 +16,13 @@ import polars as pl
 from kvdiag.analyzer.facts.load import retraction_events
 from kvdiag.analyzer.model import Evidence
 from kvdiag.rules.base import RuleContext
-from kvdiag.rules.queries import counter, counter_increase, counter_total, gauge
+from kvdiag.rules.queries import (
+    counter,
+    counter_total,
+    gauge,
+    of_replica,
+    replica_part,
+)
 
 _KEY = ["replica", "engine", "ts"]
 _PROV = ["source_path", "source_line", "raw"]
@@ -82,6 +88,10 @@ COLUMNS = [
 
 def load_points(ctx: RuleContext) -> pl.DataFrame:
     """Usage, waiting and running points from every source, metrics first."""
+    return ctx.store.memo("load_points", lambda: _load_points(ctx))
+
+
+def _load_points(ctx: RuleContext) -> pl.DataFrame:
     parts = [p.select(COLUMNS) for p in (_metric_points(ctx), _log_points(ctx)) if p.height]
     if not parts:
         return pl.DataFrame()
@@ -110,9 +120,9 @@ def preemptions(ctx: RuleContext, replica: str | None = None) -> Preemptions:
     """Preemptions in the window from the best witness: counter, stats lines, v0 warnings."""
     series = counter(ctx, "num_preemptions")
     if replica is not None and series.height:
-        series = series.filter(pl.col("replica") == replica)
+        series = replica_part(ctx, ("counter", "num_preemptions"), series, replica)
     if series.height:
-        total = int(counter_increase(series))
+        total = int(counter_total(ctx, "num_preemptions", replica) or 0)
         last = series.row(series.height - 1, named=True)
         return Preemptions(
             total, (ctx.evidence(last, "num_preemptions_total", last["value"]),), "counter"
@@ -161,29 +171,27 @@ class Pressure:
 
 
 def pressure(ctx: RuleContext, replica: str | None = None) -> Pressure:
-    and_replica = " AND replica = ?" if replica is not None else ""
-    params: list[Any] = [replica] if replica is not None else []
     ev: list[Evidence] = []
     swapped = 0
-    lines = ctx.sql(
-        f"SELECT * FROM log_stats WHERE swapped > 0{and_replica} ORDER BY swapped DESC LIMIT 1",
-        params,
-    )
+    lines = of_replica(ctx, _SWAPPED_LINES, replica)
     if lines.height:
         row = lines.row(0, named=True)
         swapped = int(row["swapped"])
         ev.append(ctx.evidence(row, "swapped", swapped))
-    gauge_rows = gauge(ctx, "num_requests_swapped").filter(pl.col("value") > 0)
+    gauge_rows = ctx.store.memo(
+        "swapped_gauge", lambda: gauge(ctx, "num_requests_swapped").filter(pl.col("value") > 0)
+    )
     if replica is not None and gauge_rows.height:
-        gauge_rows = gauge_rows.filter(pl.col("replica") == replica)
+        gauge_rows = replica_part(ctx, "swapped_gauge", gauge_rows, replica)
     if gauge_rows.height:
         row = gauge_rows.sort("value", descending=True).row(0, named=True)
         swapped = max(swapped, int(row["value"]))
         ev.append(ctx.evidence(row, "num_requests_swapped", row["value"]))
-    http = ctx.sql(
-        f"SELECT * FROM log_http WHERE status IN (429, 503){and_replica} ORDER BY ts, source_line",
-        params,
-    )
+    http = of_replica(ctx, _REJECTED_HTTP, replica)
     ev += [ctx.evidence(r, "http_status", r["status"]) for r in http.head(2).to_dicts()]
     rejected = http.height + int(counter_total(ctx, "admission_rejections", replica) or 0)
     return Pressure(swapped, rejected, tuple(ev))
+
+
+_SWAPPED_LINES = "SELECT * FROM log_stats WHERE swapped > 0 ORDER BY swapped DESC"
+_REJECTED_HTTP = "SELECT * FROM log_http WHERE status IN (429, 503) ORDER BY ts, source_line"

@@ -3,11 +3,12 @@ histogram means. Rules ask for canonical names only (see metric_aliases.toml).""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.timeseries import counter_increase
+from kvdiag.analyzer.timeseries import counter_increase, counter_totals
 from kvdiag.rules.base import RuleContext
 
 __all__ = [
@@ -18,7 +19,9 @@ __all__ = [
     "gauge",
     "histogram_mean",
     "histogram_quantile",
+    "of_replica",
     "prefix_hit_rate",
+    "replica_part",
 ]
 
 _SAMPLE_COLS = "replica, engine, ts, value, reason, le, source_path, source_line, raw"
@@ -31,42 +34,73 @@ def gauge(ctx: RuleContext, metric: str, reason: str | None = None) -> pl.DataFr
     if reason is not None:
         where += " AND reason = ?"
         params.append(reason)
-    return ctx.sql(
+    query = (
         f"SELECT {_SAMPLE_COLS} FROM metric_samples WHERE {where} "
-        "ORDER BY replica, engine, ts NULLS FIRST, source_path, source_line",
-        params,
+        "ORDER BY replica, engine, ts NULLS FIRST, source_path, source_line"
     )
+    return ctx.store.memo(("gauge", metric, reason), lambda: ctx.sql(query, params))
 
 
 def counter(ctx: RuleContext, metric: str) -> pl.DataFrame:
     """Samples of a counter (`_total`), ordered by replica and time."""
-    return ctx.sql(
+    query = (
         f"SELECT {_SAMPLE_COLS} FROM metric_samples WHERE metric = ? AND suffix = 'total' "
-        "ORDER BY replica, engine, ts NULLS FIRST, source_path, source_line",
-        [metric],
+        "ORDER BY replica, engine, ts NULLS FIRST, source_path, source_line"
     )
+    return ctx.store.memo(("counter", metric), lambda: ctx.sql(query, [metric]))
+
+
+def replica_part(
+    ctx: RuleContext, key: Hashable, frame: pl.DataFrame, replica: str
+) -> pl.DataFrame:
+    """The rows of one replica of `frame` (a memoised whole-fleet frame known by `key`).
+
+    The frame is split once, so asking for each replica of a fleet in turn costs one pass.
+    """
+    parts = ctx.store.memo(("parts", key), lambda: _split(frame))
+    return parts.get(replica, frame.clear())
+
+
+def of_replica(ctx: RuleContext, query: str, replica: str | None) -> pl.DataFrame:
+    """The rows of a whole-store query (read once per analysis), or one replica's of them.
+
+    Row order within a replica is the query's own.
+    """
+    frame = ctx.store.memo(("query", query), lambda: ctx.sql(query))
+    return frame if replica is None else replica_part(ctx, ("query", query), frame, replica)
+
+
+def _split(frame: pl.DataFrame) -> dict[Any, pl.DataFrame]:
+    if frame.is_empty():
+        return {}
+    return {k[0]: v for k, v in frame.partition_by("replica", as_dict=True).items()}
 
 
 def histogram_mean(
     ctx: RuleContext, metric: str, replica: str | None = None
 ) -> tuple[float, int] | None:
     """(mean, count) of a histogram at its last sample per series, or None."""
-    where, params = "metric = ? AND suffix IN ('sum', 'count')", [metric]
+    frame = ctx.store.memo(("histogram_mean", metric), lambda: _last_sum_count(ctx, metric))
     if replica is not None:
-        where += " AND replica = ?"
-        params.append(replica)
-    frame = ctx.sql(
-        "WITH last AS (SELECT replica, engine, suffix, arg_max(value, ts) AS v "
-        f"FROM metric_samples WHERE {where} "
-        "GROUP BY replica, engine, suffix) "
-        "SELECT sum(v) FILTER (WHERE suffix = 'sum') AS s, "
-        "sum(v) FILTER (WHERE suffix = 'count') AS c FROM last",
-        params,
-    )
-    s, c = frame.row(0) if frame.height else (None, None)
+        frame = frame.filter(pl.col("replica") == replica)
+    sums = frame["s"].drop_nulls()
+    s = sums.sum() if sums.len() else None
+    c = frame["c"].drop_nulls().sum()
     if not c:
         return None
-    return float(s) / float(c), int(c)
+    return float(s) / float(c), int(c)  # type: ignore[arg-type]
+
+
+def _last_sum_count(ctx: RuleContext, metric: str) -> pl.DataFrame:
+    """Per replica: the histogram's `_sum` and `_count` at each series' last sample."""
+    return ctx.sql(
+        "WITH last AS (SELECT replica, engine, suffix, arg_max(value, ts) AS v "
+        "FROM metric_samples WHERE metric = ? AND suffix IN ('sum', 'count') "
+        "GROUP BY replica, engine, suffix) "
+        "SELECT replica, sum(v) FILTER (WHERE suffix = 'sum') AS s, "
+        "sum(v) FILTER (WHERE suffix = 'count') AS c FROM last GROUP BY replica",
+        [metric],
+    )
 
 
 def first_max(frame: pl.DataFrame, column: str) -> dict[str, Any] | None:
@@ -79,10 +113,20 @@ def first_max(frame: pl.DataFrame, column: str) -> dict[str, Any] | None:
 
 def counter_total(ctx: RuleContext, metric: str, replica: str | None = None) -> float | None:
     """A counter's increase over the window (None when it was never scraped)."""
+    if replica is None:
+        series = counter(ctx, metric)
+        return counter_increase(series) if series.height else None
+    return ctx.store.memo(("counter_totals", metric), lambda: _increases(ctx, metric)).get(replica)
+
+
+def _increases(ctx: RuleContext, metric: str) -> dict[Any, float]:
+    """Each replica's increase of a counter: counter_increase over its own series."""
     series = counter(ctx, metric)
-    if replica is not None and series.height:
-        series = series.filter(pl.col("replica") == replica)
-    return counter_increase(series) if series.height else None
+    if series.is_empty():
+        return {}
+    totals = counter_totals(series, by=("replica",))
+    found = {r: 0.0 for r in series["replica"].unique()}  # as counter_increase: 0 when unsampled
+    return found | {r: float(v) for r, v in totals.select("replica", "increase").iter_rows()}
 
 
 def histogram_quantile(
@@ -95,20 +139,25 @@ def histogram_quantile(
     A minimal local version: the metrics helper is adding windowed quantiles to
     kvdiag/analyzer/timeseries.py, and the lead unifies the two.
     """
-    where, params = "metric = ? AND suffix = 'bucket'", [metric]
+    frame = ctx.store.memo(("bucket_counts", metric), lambda: _bucket_counts(ctx, metric))
     if replica is not None:
-        where += " AND replica = ?"
-        params.append(replica)
-    frame = ctx.sql(
-        "WITH b AS (SELECT replica, engine, le, ts, value FROM metric_samples "
-        f"WHERE {where}), ends AS (SELECT replica, engine, le, "
-        "arg_max(value, ts) AS last, arg_min(value, ts) AS first, count(*) AS n "
-        "FROM b GROUP BY replica, engine, le) "
-        "SELECT le, sum(CASE WHEN n > 1 THEN last - first ELSE last END) AS c "
-        "FROM ends GROUP BY le ORDER BY le",
-        params,
-    )
+        frame = frame.filter(pl.col("replica") == replica)
+    else:
+        frame = frame.group_by("le").agg(pl.col("c").sum()).sort("le", nulls_last=True)
     return _quantile(frame["le"].to_list(), frame["c"].to_list(), q) if frame.height else None
+
+
+def _bucket_counts(ctx: RuleContext, metric: str) -> pl.DataFrame:
+    """Per replica and bucket bound: the count over the window, bounds ascending."""
+    return ctx.sql(
+        "WITH ends AS (SELECT replica, engine, le, "
+        "arg_max(value, ts) AS last, arg_min(value, ts) AS first, count(*) AS n "
+        "FROM metric_samples WHERE metric = ? AND suffix = 'bucket' "
+        "GROUP BY replica, engine, le) "
+        "SELECT replica, le, sum(CASE WHEN n > 1 THEN last - first ELSE last END) AS c "
+        "FROM ends GROUP BY replica, le ORDER BY replica, le",
+        [metric],
+    )
 
 
 def _quantile(bounds: list[float], cumulative: list[float], q: float) -> float | None:
@@ -147,7 +196,7 @@ def prefix_hit_rate(ctx: RuleContext, replica: str | None = None) -> float | Non
         return hit / (hit + new)
     rate = gauge(ctx, "prefix_cache_hit_rate")  # v0's own gauge (0.5.5-0.9.0), SGLang's
     if replica is not None and rate.height:
-        rate = rate.filter(pl.col("replica") == replica)
+        rate = replica_part(ctx, ("gauge", "prefix_cache_hit_rate", None), rate, replica)
     if rate.height:
         return float(rate["value"][-1])
     frame = ctx.sql(

@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import polars as pl
+
 from kvdiag.analyzer.facts.base import Facts, ref, scoped
 from kvdiag.analyzer.facts.effective import Effective, EngineContext, effective_value
 from kvdiag.analyzer.facts.engine import engine_of_replica
@@ -54,9 +56,32 @@ _WORKER_TP = re.compile(r"Worker_TP(\d+)")
 _METRIC_SETTINGS = {"max_running_requests": "max_running_requests", "context_len": "context_length"}
 
 
-def config_rows(reader: StoreReader) -> list[dict[str, Any]]:
+class ConfigRows(list[dict[str, Any]]):
+    """Config rows that also know each replica's own rows (grouped once, when first asked).
+
+    A fleet asks for every setting of every replica; filtering all rows each time would
+    cost replicas x rows per question. Not to be changed once built.
+    """
+
+    _by_replica: dict[Any, list[dict[str, Any]]] | None = None
+
+    def of(self, replica: str) -> list[dict[str, Any]]:
+        if self._by_replica is None:
+            self._by_replica = {}
+            for r in self:
+                self._by_replica.setdefault(r.get("replica"), []).append(r)
+        return self._by_replica.get(replica, [])
+
+
+def config_rows(reader: StoreReader) -> ConfigRows:
     """Config rows, the engine config line's values and SGLang's setting gauges as rows."""
-    rows = reader.sql("SELECT * FROM config ORDER BY source_path, source_line").to_dicts()
+    return reader.memo("facts.config_rows", lambda: _config_rows(reader))
+
+
+def _config_rows(reader: StoreReader) -> ConfigRows:
+    rows = ConfigRows(
+        reader.sql("SELECT * FROM config ORDER BY source_path, source_line").to_dicts()
+    )
     gauges = reader.sql(
         "SELECT *, CAST(CAST(value AS BIGINT) AS VARCHAR) AS _v FROM metric_samples "
         f"WHERE metric IN ({', '.join('?' for _ in _METRIC_SETTINGS)}) AND suffix = '' "
@@ -84,6 +109,8 @@ def replicas(rows: list[dict[str, Any]], reader: StoreReader) -> list[str]:
 
 def for_replica(rows: list[dict[str, Any]], replica: str) -> list[dict[str, Any]]:
     """The rows a replica states itself."""
+    if isinstance(rows, ConfigRows):
+        return rows.of(replica)
     return [r for r in rows if r.get("replica") == replica]
 
 
@@ -114,13 +141,12 @@ def engine_context(
         engine = ""  # two engines and no telling which: no engine's defaults apply
     elif engine is None:
         engine = next((str(r["engine"]) for r in rows if r.get("engine")), "vllm")
-    gpu = reader.sql(
-        "SELECT max(memory_total_mib) AS mib, min(name) AS name FROM gpu_snapshots "
-        "WHERE replica = ? OR ? = 'default'",
-        [replica, replica],
-    ).row(0, named=True)
-    pool_device = reader.scalar(
-        "SELECT lower(min(device)) FROM log_kv_pool WHERE device IS NOT NULL"
+    gpu = _gpu(reader, replica)
+    pool_device = reader.memo(
+        "facts.pool_device",
+        lambda: reader.scalar(
+            "SELECT lower(min(device)) FROM log_kv_pool WHERE device IS NOT NULL"
+        ),
     )
     device = stated("device") or {"gpu": "cuda", "cpu": "cpu"}.get(pool_device or "")
     if device is None and gpu["mib"] is not None:
@@ -134,6 +160,19 @@ def engine_context(
         gpu_name=gpu["name"],
         tp=int(tp) if tp and tp.isdigit() else None,
     )
+
+
+def _gpu(reader: StoreReader, replica: str) -> dict[str, Any]:
+    """The replica's largest card and its name (every card's for the default replica)."""
+    per = reader.memo(
+        "facts.gpu_by_replica",
+        lambda: reader.sql(
+            "SELECT replica, max(memory_total_mib) AS mib, min(name) AS name "
+            "FROM gpu_snapshots GROUP BY ALL"
+        ),
+    )
+    rows = per if replica == DEFAULT_REPLICA else per.filter(pl.col("replica") == replica)
+    return {"mib": rows["mib"].max(), "name": rows["name"].min()}
 
 
 def _fact(found: Effective, unit: str, convert: Callable[[str], Any]) -> Fact:
@@ -165,11 +204,14 @@ def setting_facts(reader: StoreReader, facts: Facts) -> None:
 
 def _tp_from_processes(reader: StoreReader, replica: str) -> Effective | None:
     """TP size from nvidia-smi's process names (VLLM::Worker_TP0 ... Worker_TP7)."""
-    procs = reader.sql(
-        "SELECT * FROM gpu_processes WHERE process_name LIKE '%Worker_TP%' "
-        "AND (replica = ? OR ? = 'default') ORDER BY source_path, source_line",
-        [replica, replica],
-    ).to_dicts()
+    every = reader.memo(
+        "facts.tp_processes",
+        lambda: reader.sql(
+            "SELECT * FROM gpu_processes WHERE process_name LIKE '%Worker_TP%' "
+            "ORDER BY source_path, source_line"
+        ).to_dicts(),
+    )
+    procs = [p for p in every if replica == DEFAULT_REPLICA or p["replica"] == replica]
     ranks = {int(m.group(1)) for p in procs if (m := _WORKER_TP.search(p["process_name"]))}
     if not ranks:
         return None

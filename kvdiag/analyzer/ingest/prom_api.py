@@ -174,13 +174,15 @@ def _samples(text: str, series: _Series, rel: str, n_lines: int, tally: Tally) -
     if not series.pairs:
         return pl.DataFrame()
     index = pl.Series(range(len(series.heads))).repeat_by(pl.Series(series.counts)).explode()
-    lines, raws = _pair_lines(text, len(series.pairs), n_lines, tally)
+    values = pl.Series([str(p[1]) for p in series.pairs], dtype=pl.String)
+    found = _pairs_by_line(text, values) if n_lines > 1 else None
+    lines, raws = found if found is not None else _pair_lines(text, len(values), n_lines, tally)
     cited = pl.Series(series.queries).gather(index)
     frame = pl.DataFrame(
         {
             "head": pl.Series(series.heads).gather(index),
             "_t": [str(p[0]) for p in series.pairs],
-            "value": [str(p[1]) for p in series.pairs],
+            "value": values,
             "source_line": pl.Series(lines, dtype=pl.Int64),
             "raw": pl.Series(raws, dtype=pl.String),
         }
@@ -196,6 +198,26 @@ def _samples(text: str, series: _Series, rel: str, n_lines: int, tally: Tally) -
         pl.col("value").cast(pl.Float64, strict=False),
         pl.lit(None, pl.Int64).alias("scrape"),
     )
+
+
+def _pairs_by_line(text: str, values: pl.Series) -> tuple[pl.Series, pl.Series] | None:
+    """Line and text of every pair when each lies within one line (vectorised), else None.
+
+    Saved query results (kvdiag's own, or `jq .` output) hold a pair per line; the pairs
+    found line by line must be exactly the parsed ones, in order, or the slow path decides.
+    """
+    pattern = _PAIR.pattern
+    lines = pl.Series(text.split("\n"), dtype=pl.String)
+    counts = lines.str.count_matches(pattern)
+    if counts.sum() != values.len():
+        return None
+    found = lines.str.extract_all(pattern).explode().drop_nulls()
+    if not found.str.extract(pattern, 2).equals(values):
+        return None
+    holding = counts > 0
+    numbers = pl.int_range(1, lines.len() + 1, eager=True, dtype=pl.Int64).filter(holding)
+    at = numbers.repeat_by(counts.filter(holding)).explode()
+    return at, found.str.replace_all(r"\s+", " ")
 
 
 def _pair_lines(

@@ -11,9 +11,11 @@ server's point limit are fetched in consecutive chunks and merged per series.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +37,7 @@ from kvdiag.analyzer.live.promql import (
 )
 
 MANIFEST = "manifest.json"
+PARALLEL = 4  # queries in flight at once
 SOURCE = "prometheus"  # the manifest's `source`, telling a fetched folder from a collected one
 
 
@@ -93,12 +96,19 @@ def fetch(req: LiveRequest, out: Path, progress: ProgressFn | None = None) -> Fe
     gauge_step, hist_step = steps_for(req.since, req.until, req.step)
     result = FetchResult(out)
     out.mkdir(parents=True, exist_ok=True)
-    for i, series in enumerate(present, 1):
-        if progress is not None:
-            progress(i, len(present), series.name)
+
+    def one(i: int, series: Series) -> dict[str, Any]:
         step = hist_step if series.want.coarse else gauge_step
-        result.queries.append(_fetch_one(client, req, series, step, out, i))
-    result.requests = client.requests
+        return _fetch_one(client, req, series, step, out, i)
+
+    # Queries in flight together: the server evaluates one while this side writes another.
+    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+        futures = [pool.submit(one, i, series) for i, series in enumerate(present, 1)]
+        for i, (series, future) in enumerate(zip(present, futures, strict=True), 1):
+            if progress is not None:
+                progress(i, len(present), series.name)
+            result.queries.append(future.result())
+    result.requests = 1 + sum(int(q["requests"]) for q in result.queries)  # + discovery
     result.seconds = round(time.perf_counter() - started, 3)
     _write_manifest(req, client.url, result, gauge_step, hist_step)
     return result
@@ -151,14 +161,26 @@ def render_response(header: dict[str, Any], result: list[dict[str, Any]]) -> byt
     lines = [f'{{{head}, "status": "success", "data": {{"resultType": "matrix", "result": [']
     for i, item in enumerate(result):
         lines.append(f'{{"metric": {json.dumps(item["metric"], sort_keys=True)}, "values": [')
-        values = item["values"]
-        lines += [
-            f"[{json.dumps(t)}, {json.dumps(str(v))}]{',' if j < len(values) - 1 else ''}"
-            for j, (t, v) in enumerate(values)
-        ]
+        pairs = [f"[{_number(t)}, {_string(v)}]" for t, v in item["values"]]
+        if pairs:
+            lines.append(",\n".join(pairs))
         lines.append("]}" + ("," if i < len(result) - 1 else ""))
     lines.append("]}}")
     return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def _number(t: Any) -> str:
+    """A timestamp as json.dumps writes it (repr for floats and ints), without its overhead."""
+    return repr(t) if type(t) in (int, float) and math.isfinite(t) else json.dumps(t)
+
+
+def _string(v: Any) -> str:
+    """A sample value ("0.5", "NaN", "+Inf") as a JSON string, quoted directly when it can be."""
+    text = str(v)
+    return f'"{text}"' if _PLAIN.fullmatch(text) else json.dumps(text)
+
+
+_PLAIN = re.compile(r"[0-9A-Za-z.+-]*")
 
 
 def _write_manifest(
