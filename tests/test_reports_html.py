@@ -185,3 +185,15 @@ def test_memory_ledger_per_gpu_says_what_is_absent() -> None:
 def test_no_gpu_facts_says_so() -> None:
     html = render_html(fixture_diagnosis("vllm-b-saturation"))
     assert "No per-GPU memory in the inputs" in html
+
+
+@pytest.mark.parametrize(
+    ("name", "word"),
+    [("sglang-saturation-retract", "Retractions"), ("vllm-b-saturation", "Preemptions")],
+)
+def test_eviction_chart_speaks_the_engines_word(name: str, word: str) -> None:
+    """SGLang retracts where vLLM preempts; the chart says which, and never the other."""
+    _, html, _ = _page(name)
+    other = {"Retractions": "Preemptions", "Preemptions": "Retractions"}[word]
+    assert f"{word} (cumulative)" in html
+    assert f"{other} (cumulative)" not in html

@@ -262,9 +262,25 @@ def line_chart(
     )
 
 
-def line_charts(series: Sequence[Series], window: tuple[str, str] | None) -> tuple[LineChart, ...]:
+# SGLang retracts where vLLM preempts: the same series under the engine's own word.
+_RETRACTIONS = ChartSpec(
+    "preemptions",
+    "Retractions (cumulative)",
+    "retractions",
+    ("num_preemptions",),
+    "SGLang's 'KV cache pool is full. Retract requests.' or 'Decode out of memory' lines",
+)
+
+
+def line_charts(
+    series: Sequence[Series], window: tuple[str, str] | None, evictions: str = "preemptions"
+) -> tuple[LineChart, ...]:
+    """Every chart of CHARTS; `evictions` is the engine's word for preemptions."""
     axis = time_axis(series, window)
-    return tuple(line_chart(spec, series, axis, window) for spec in CHARTS)
+    specs = (
+        _RETRACTIONS if evictions == "retractions" and s.key == "preemptions" else s for s in CHARTS
+    )
+    return tuple(line_chart(spec, series, axis, window) for spec in specs)
 
 
 # --- the memory ledger as horizontal stacked bars -------------------------------------

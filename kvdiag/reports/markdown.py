@@ -112,7 +112,7 @@ def _fleet(d: Diagnosis) -> list[str]:
     ]
     header = ["Replica", "Verdict", "Severity", "Peak KV", "p95 KV", "vs others", "Max waiting"]
     lines = ["### Fleet", "", md_text(view.fleet_summary(d)), ""]
-    lines += table([*header, "Preemptions", "Requests"], rows, "lllrrrrrr")
+    lines += table([*header, view.preemption_word(d).capitalize(), "Requests"], rows, "lllrrrrrr")
     if len(d.fleet) > FLEET_ROWS:
         lines += [f"_{len(d.fleet) - FLEET_ROWS} more replicas in the HTML or JSON report._", ""]
     return lines

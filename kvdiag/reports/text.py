@@ -71,7 +71,7 @@ def _fleet(d: Diagnosis, paint: _Painter) -> Iterator[str]:
     yield paint("FLEET", "bold") + f"  {one_line(view.fleet_summary(d))}"
     yield (
         f"    {'REPLICA':<20} {'VERDICT':<22} {'SEV':<8}{'PEAK':>5} {'P95':>5} {'VS OTHERS':>10}"
-        f" {'WAIT':>5} {'PREEMPT':>8} {'REQS':>6}"
+        f" {'WAIT':>5} {view.preemption_word(d)[:7].upper():>8} {'REQS':>6}"
     )
     for r in view.fleet_rows(d, FLEET_ROWS):
         mark = paint("! ", "bold", "red") if r.hot else "  "

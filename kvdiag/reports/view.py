@@ -69,6 +69,11 @@ def engines(d: Diagnosis) -> str:
     return ", ".join(str(f.value) for f in found) or "unknown"
 
 
+def preemption_word(d: Diagnosis) -> str:
+    """What the engine calls a request evicted to free KV blocks: SGLang retracts, vLLM preempts."""
+    return "retractions" if engines(d) == "sglang" else "preemptions"
+
+
 def verdict_tone(d: Diagnosis) -> str:
     """ok | unknown | bad: the banner's colour."""
     if d.verdict.primary is IncidentClass.HEALTHY:
