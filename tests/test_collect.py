@@ -133,3 +133,45 @@ def test_unreachable_server_is_logged_not_fatal(tmp_path: Path) -> None:
         for line in (tmp_path / "metrics" / "scrapes.jsonl").read_text().splitlines()
     ]
     assert all(r["error"] for r in rows)
+
+
+def _fake_nvidia_smi(folder: Path) -> Path:
+    """A stand-in for nvidia-smi: query CSVs in its format, and a real recorded table."""
+    table = FIXTURES / "gpu-overcommit-oom-3090" / "incident" / "nvidia-smi.txt"
+    gpus = (
+        "index, uuid, name, memory.total [MiB], memory.used [MiB], memory.free [MiB], "
+        "memory.reserved [MiB], utilization.gpu [%]\n"
+        "0, GPU-5f1c, NVIDIA GeForce RTX 3090, 24576 MiB, 23801 MiB, 351 MiB, 424 MiB, 97 %\n"
+    )
+    apps = "gpu_uuid, pid, process_name, used_memory [MiB]\nGPU-5f1c, 4242, python3, 23340 MiB\n"
+    (folder / "gpus.csv").write_text(gpus)
+    (folder / "apps.csv").write_text(apps)
+    fake = folder / "nvidia-smi"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        f"  --query-gpu=*) cat {folder / 'gpus.csv'} ;;\n"
+        f"  --query-compute-apps=*) cat {folder / 'apps.csv'} ;;\n"
+        f"  *) cat {table} ;;\n"
+        "esac\n"
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+def test_gpu_snapshots_follow_the_scrape_cadence(replay_server: str, tmp_path: Path) -> None:
+    out = tmp_path / "incident"
+    fake = _fake_nvidia_smi(tmp_path)
+    plan = CollectPlan(replay_server, out, duration_s=0.35, interval_s=0.1, nvidia_smi=str(fake))
+    result = collect(plan)
+    assert result.gpu_snapshots >= 3
+    assert not [e for e in result.errors if "nvidia-smi" in e], result.errors
+    files = [p.name for p in (out / "nvidia-smi").iterdir()]
+    for suffix in (".apps.csv", ".txt"):
+        assert sum(f.endswith(suffix) for f in files) == result.gpu_snapshots, suffix
+    _, diagnosis = analyze_json(out)
+    used = {r["kind"] for r in diagnosis["inputs"] if r["status"] == "used"}
+    assert "nvidia_smi" in used, diagnosis["inputs"]
+    assert "no nvidia-smi or dcgm snapshot" not in {
+        m["what"] for m in diagnosis["missing_evidence"]
+    }

@@ -52,6 +52,13 @@ def test_markdown_renders_tables_and_no_raw_html(name: str) -> None:
     expected_rows = sum(max(1, len(layer.rows)) for layer in view.reconciliation(d))
     assert len(reconciliation) == 1 + expected_rows
     assert all(len(row) == 6 for row in reconciliation)
+    if d.fleet:  # the fleet table follows the reconciliation: one row per replica listed
+        fleet = tables[1]
+        assert fleet[0][:2] == ["Replica", "Verdict"]
+        assert [row[0].removeprefix("hot: ") for row in fleet[1:]] == [
+            r.replica for r in d.fleet[:10]
+        ]
+        tables = tables[1:]
     evidence_tables = tables[1:]
     assert len(evidence_tables) == sum(1 for f in d.findings[:5] if f.evidence)
     for table, finding in zip(evidence_tables, d.findings, strict=False):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
@@ -15,6 +16,7 @@ from kvdiag import __version__
 from kvdiag.analyzer.atomic import write_atomic
 from kvdiag.analyzer.cli_collect import collect_cmd
 from kvdiag.analyzer.cli_formats import formats_cmd
+from kvdiag.analyzer.cli_live import LiveSource, live_folder, live_options
 from kvdiag.analyzer.errors import KvdiagError
 from kvdiag.analyzer.examples import EXAMPLES, example_path
 from kvdiag.analyzer.exitcodes import ExitCode, exit_code_table
@@ -155,6 +157,7 @@ def cli() -> None:
 @click.option(
     "--timings", is_flag=True, help="Print seconds per phase on stderr (timing PHASE SECONDS)."
 )
+@live_options
 def analyze_cmd(
     incident: Path | None,
     example: str | None,
@@ -171,6 +174,7 @@ def analyze_cmd(
     quiet: bool,
     verbose: bool,
     timings: bool,
+    live: LiveSource | None,
 ) -> None:
     """Analyse an incident folder (or archive, or single file) and print the diagnosis.
 
@@ -179,55 +183,65 @@ def analyze_cmd(
       kvdiag analyze ./incident/
       kvdiag analyze ./incident/ --format json -o diagnosis.json
       kvdiag analyze --example vllm-b-saturation
+      kvdiag analyze --prometheus http://prom:9090 --since 2h --selector '{job="vllm"}'
     """
-    if (incident is None) == (example is None):
-        raise click.UsageError("give an INCIDENT folder or --example NAME (one of them)")
-    path = example_path(example) if example else incident
-    assert path is not None
-    opts = AnalyzeOptions(
-        incident=path,
-        db=db,
-        year=year,
-        fail_on=_FAIL_ON[fail_on],
-        select=_csv(select),
-        ignore=_csv(ignore),
-        thresholds=_thresholds(thresholds),
-        label=example,
-        model_config=model_config,
+    if sum(x is not None for x in (incident, example, live)) != 1:
+        raise click.UsageError(
+            "give an INCIDENT folder, --example NAME or --prometheus URL (one of them)"
+        )
+    source = (
+        live_folder(live)
+        if live is not None
+        else contextlib.nullcontext(example_path(example) if example else incident)
     )
-    show_progress = not quiet and sys.stderr.isatty()
-    try:
-        result = analyze(opts, _progress_printer(show_progress))
-    except KvdiagError as exc:
-        click.echo(f"kvdiag: {exc}", err=True)
-        sys.exit(int(exc.exit_code))
-    finally:
-        if show_progress:
-            click.echo("\r\x1b[K", nl=False, err=True)
-    out_fmt = OutputFormat(fmt)
-    render_start = time.perf_counter()
-    use_color = (
-        color
-        if color is not None
-        else (output is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
-    )
-    text = render(result.diagnosis, out_fmt, color=bool(use_color and out_fmt is OutputFormat.TEXT))
-    if output is not None:
-        write_atomic(output, text)
-    else:
-        click.echo(text, nl=False, color=bool(use_color))  # click strips ANSI unless told
-    v = result.diagnosis.verdict
-    if not quiet and (output is not None or result.db_path is not None):
-        where = f"wrote {output}" if output else "report on stdout"
-        db_note = f"; database {result.db_path}" if result.db_path else ""
-        click.echo(f"{where}: {v.primary.value} ({v.confidence.value}){db_note}", err=True)
-    if timings:
-        phases = {**result.timings, "render": time.perf_counter() - render_start}
-        for phase, seconds in phases.items():
-            click.echo(f"timing {phase} {seconds:.4f}", err=True)
-    for problem in result.diagnosis.engine_problems:
-        click.echo(f"kvdiag: {problem}", err=True)
-    sys.exit(int(exit_code_for(result.diagnosis, opts.fail_on)))
+    with source as path:  # a fetched folder lives until the report is written
+        assert path is not None
+        opts = AnalyzeOptions(
+            incident=path,
+            db=db,
+            year=year,
+            fail_on=_FAIL_ON[fail_on],
+            select=_csv(select),
+            ignore=_csv(ignore),
+            thresholds=_thresholds(thresholds),
+            label=example or (live.label if live else None),
+            model_config=model_config,
+        )
+        show_progress = not quiet and sys.stderr.isatty()
+        try:
+            result = analyze(opts, _progress_printer(show_progress))
+        except KvdiagError as exc:
+            click.echo(f"kvdiag: {exc}", err=True)
+            sys.exit(int(exc.exit_code))
+        finally:
+            if show_progress:
+                click.echo("\r\x1b[K", nl=False, err=True)
+        out_fmt = OutputFormat(fmt)
+        render_start = time.perf_counter()
+        use_color = (
+            color
+            if color is not None
+            else (output is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+        )
+        text = render(
+            result.diagnosis, out_fmt, color=bool(use_color and out_fmt is OutputFormat.TEXT)
+        )
+        if output is not None:
+            write_atomic(output, text)
+        else:
+            click.echo(text, nl=False, color=bool(use_color))  # click strips ANSI unless told
+        v = result.diagnosis.verdict
+        if not quiet and (output is not None or result.db_path is not None):
+            where = f"wrote {output}" if output else "report on stdout"
+            db_note = f"; database {result.db_path}" if result.db_path else ""
+            click.echo(f"{where}: {v.primary.value} ({v.confidence.value}){db_note}", err=True)
+        if timings:
+            phases = {**result.timings, "render": time.perf_counter() - render_start}
+            for phase, seconds in phases.items():
+                click.echo(f"timing {phase} {seconds:.4f}", err=True)
+        for problem in result.diagnosis.engine_problems:
+            click.echo(f"kvdiag: {problem}", err=True)
+        sys.exit(int(exit_code_for(result.diagnosis, opts.fail_on)))
 
 
 cli.add_command(analyze_cmd, name="analyze")

@@ -97,44 +97,37 @@ def scrape_once(plan: CollectPlan, result: CollectResult) -> None:
 
 
 def gpu_snapshot(plan: CollectPlan, result: CollectResult) -> None:
-    """nvidia-smi query CSVs for GPUs and compute apps, stamped with the time."""
+    """nvidia-smi query CSVs for GPUs and compute apps, and its table, stamped with the time."""
     if plan.nvidia_smi is None:
         return
     ts = f"{time.time():.3f}"
     for suffix, args in (
-        (".csv", ["--query-gpu=" + GPU_QUERY]),
-        (".apps.csv", ["--query-compute-apps=" + APPS_QUERY]),
+        (".csv", ["--query-gpu=" + GPU_QUERY, "--format=csv"]),
+        (".apps.csv", ["--query-compute-apps=" + APPS_QUERY, "--format=csv"]),
+        (".txt", []),  # the table: per-process memory where the query cannot see it
     ):
         try:
             out = subprocess.run(
-                [plan.nvidia_smi, *args, "--format=csv"],
+                [plan.nvidia_smi, *args],
                 capture_output=True,
                 timeout=plan.timeout_s,
                 check=True,
             ).stdout
         except (subprocess.SubprocessError, OSError) as exc:
-            result.errors.append(f"nvidia-smi {args[0]}: {exc}")
+            result.errors.append(f"nvidia-smi {' '.join(args[:1]) or '(table)'}: {exc}")
             continue
         write_atomic(plan.out / "nvidia-smi" / f"{ts}{suffix}", out)
     result.gpu_snapshots += 1
 
 
 def describe_server(plan: CollectPlan, result: CollectResult) -> None:
-    """Save what the server says about itself (/version, /v1/models), and the GPU table."""
+    """Save what the server says about itself (/version, /v1/models)."""
     for path, name in (("/version", "version.json"), ("/v1/models", "models.json")):
         try:
             _, body = _get(plan, path)
             write_atomic(plan.out / "server" / name, body)
         except (urllib.error.URLError, OSError, ValueError) as exc:
             result.errors.append(f"GET {path}: {exc}")
-    if plan.nvidia_smi is not None:
-        try:
-            table = subprocess.run(
-                [plan.nvidia_smi], capture_output=True, timeout=plan.timeout_s
-            ).stdout
-            write_atomic(plan.out / "nvidia-smi" / f"{time.time():.3f}.txt", table)
-        except (subprocess.SubprocessError, OSError) as exc:
-            result.errors.append(f"nvidia-smi: {exc}")
 
 
 def write_manifest(plan: CollectPlan, result: CollectResult, started: float) -> None:

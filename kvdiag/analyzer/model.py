@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 Scalar = int | float | str | bool | None
 
@@ -235,6 +235,24 @@ class Series:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaVerdict:
+    """One replica of a fleet: its own verdict, its load, and how it compares with the fleet."""
+
+    replica: str
+    primary: IncidentClass  # from the findings scoped to this replica (KV303 aside)
+    severity: Severity | None  # its worst finding, None without findings
+    codes: tuple[str, ...]  # rule codes of its findings
+    summary: str  # the title of its primary finding, or why there is no verdict
+    peak_kv_usage: float | None  # ratio 0..1
+    p95_kv_usage: float | None
+    max_waiting: int | None
+    preemptions: int | None  # increase over the window
+    requests: int | None  # requests finished in the window (prompt-length histogram count)
+    usage_gap: float | None  # p95 usage minus the other replicas' median p95 (ratio)
+    hot: bool  # far fuller or far more queued than the fleet (KV303's thresholds)
+
+
+@dataclass(frozen=True, slots=True)
 class Diagnosis:
     """The one record every renderer reads."""
 
@@ -250,6 +268,7 @@ class Diagnosis:
     reconciliation: tuple[LayerResult, ...] = ()
     series: tuple[Series, ...] = ()
     window: tuple[str, str] | None = None  # incident window (ISO start, end)
+    fleet: tuple[ReplicaVerdict, ...] = ()  # per replica, worst first (two or more replicas)
     kvdiag_version: str = ""
     schema_version: str = SCHEMA_VERSION
 
@@ -307,6 +326,7 @@ __all__ = [
     "LayerResult",
     "MissingEvidence",
     "Remedy",
+    "ReplicaVerdict",
     "RuleRun",
     "RuledOut",
     "Series",

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from kvdiag import __version__
-from kvdiag.analyzer import classify, engine, facts, missing, reconcile
+from kvdiag.analyzer import classify, engine, facts, fleet, missing, reconcile
 from kvdiag.analyzer.discover import DEFAULT_REPLICA, Discovery, discover
 from kvdiag.analyzer.errors import NoInputError
 from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
@@ -210,6 +210,9 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
             reconciliation=reconcile.layers(result, absent),
             series=series,
             window=window,
+            fleet=fleet.replica_verdicts(
+                fleet.FleetInput(reader, result.findings, established, absent, opts)
+            ),
             kvdiag_version=__version__,
         )
     except BaseException:

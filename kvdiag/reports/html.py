@@ -110,6 +110,8 @@ def render_html(d: Diagnosis) -> str:
         "window": fmt.fmt_window(d.window, bool(d.series)),
         "tiles": key_facts(d),
         "layers": view.reconciliation(d),
+        "fleet": view.fleet_rows(d),
+        "fleet_summary": view.fleet_summary(d) if d.fleet else "",
         "ledgers": ledgers,
         "ledger_chart": ledger_chart,
         "ledger_terms": _ledger_legend(ledger_chart),

@@ -16,6 +16,7 @@ from kvdiag.reports.fmt import fmt_time, fmt_value, fmt_window, humanise
 from kvdiag.reports.safe import plain
 
 TOP_FINDINGS = 5
+FLEET_ROWS = 10  # worst replicas listed; the others are in the HTML and JSON
 EVIDENCE_ROWS = 5
 EXCERPT_CHARS = 160
 
@@ -91,6 +92,31 @@ def _reconciliation(d: Diagnosis) -> list[str]:
     return ["### Reconciliation", "", *table(header, rows, "llrrrl")]
 
 
+def _fleet(d: Diagnosis) -> list[str]:
+    if not d.fleet:
+        return []
+    rows = [
+        [
+            md_text(("hot: " if r.hot else "") + r.replica),
+            md_text(r.verdict),
+            md_text(r.severity),
+            md_text(r.peak),
+            md_text(r.p95),
+            md_text(r.gap),
+            md_text(r.waiting),
+            md_text(r.preemptions),
+            md_text(r.requests),
+        ]
+        for r in view.fleet_rows(d, FLEET_ROWS)
+    ]
+    header = ["Replica", "Verdict", "Severity", "Peak KV", "p95 KV", "vs others", "Max waiting"]
+    lines = ["### Fleet", "", md_text(view.fleet_summary(d)), ""]
+    lines += table([*header, "Preemptions", "Requests"], rows, "lllrrrrrr")
+    if len(d.fleet) > FLEET_ROWS:
+        lines += [f"_{len(d.fleet) - FLEET_ROWS} more replicas in the HTML or JSON report._", ""]
+    return lines
+
+
 def _finding(f: Finding) -> list[str]:
     where = f" (layer {f.layer})" if f.layer else ""
     replica = f", replica {md_text(f.replica)}" if f.replica else ""
@@ -155,6 +181,7 @@ def render_markdown(d: Diagnosis) -> str:
     lines = [
         *_verdict(d),
         *_reconciliation(d),
+        *_fleet(d),
         *_findings(d),
         *_remedies(d),
         *_missing(d),

@@ -14,6 +14,7 @@ _STYLE = {"bold": "1", "red": "31", "yellow": "33", "green": "32", "dim": "2", "
 _SEVERITY_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 _STATUS_STYLE = {"ok": "green", "problem": "red", "not_checked": "dim"}
 EXCERPT_CHARS = 140
+FLEET_ROWS = 20  # replicas listed in the terminal; the JSON, HTML and --db hold them all
 TITLE_CHARS = 90
 
 
@@ -66,6 +67,22 @@ def _reconciliation(d: Diagnosis, paint: _Painter) -> Iterator[str]:
             )
 
 
+def _fleet(d: Diagnosis, paint: _Painter) -> Iterator[str]:
+    yield paint("FLEET", "bold") + f"  {plain(view.fleet_summary(d))}"
+    yield (
+        f"    {'REPLICA':<20} {'VERDICT':<22} {'SEV':<8}{'PEAK':>5} {'P95':>5} {'VS OTHERS':>10}"
+        f" {'WAIT':>5} {'PREEMPT':>8} {'REQS':>6}"
+    )
+    for r in view.fleet_rows(d, FLEET_ROWS):
+        mark = paint("! ", "bold", "red") if r.hot else "  "
+        yield (
+            f"  {mark}{_clip(plain(r.replica), 20):<20} {r.verdict:<22} {r.severity:<8}"
+            f"{r.peak:>5} {r.p95:>5} {r.gap:>10} {r.waiting:>5} {r.preemptions:>8} {r.requests:>6}"
+        )
+    if len(d.fleet) > FLEET_ROWS:
+        yield f"    … {len(d.fleet) - FLEET_ROWS} more replicas in the JSON and HTML reports"
+
+
 def _fact_lines(d: Diagnosis) -> Iterator[str]:
     for f in view.fact_rows(d):
         scope = f"{plain(f.scope)} " if f.scope else ""
@@ -108,6 +125,8 @@ def render_text(diagnosis: Diagnosis, *, color: bool = False) -> str:
     d, paint = diagnosis, _Painter(color)
     lines = _verdict(d, paint)
     lines += ["", paint("RECONCILIATION", "bold"), *_reconciliation(d, paint)]
+    if d.fleet:
+        lines += ["", *_fleet(d, paint)]
     lines += ["", paint("FINDINGS", "bold")]
     if d.findings:
         lines += list(_findings_table(d, paint))

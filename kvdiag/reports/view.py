@@ -21,6 +21,7 @@ from kvdiag.analyzer.model import (
 from kvdiag.reports.fmt import coverage, fmt_quantity, humanise
 
 LAYER_TITLES = {1: "Pool vs card", 2: "Payload vs percentage", 3: "Peak demand vs pool"}
+HOT_NAMED = 10  # hot replicas named in the fleet sentence; the table lists them all
 STATUS_WORDS = {"ok": "ok", "problem": "problem", "not_checked": "not checked"}
 
 _CLASS_HEADLINES = {
@@ -157,3 +158,67 @@ def fact_rows(d: Diagnosis) -> tuple[FactRow, ...]:
                 )
             )
     return tuple(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRowView:
+    replica: str
+    verdict: str
+    severity: str
+    codes: str
+    peak: str
+    p95: str
+    gap: str
+    waiting: str
+    preemptions: str
+    requests: str
+    hot: bool
+    summary: str
+
+
+def _pct(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "—"
+    return f"{value * 100:+.0f} pts" if signed else f"{value * 100:.0f}%"
+
+
+def _count(value: int | None) -> str:
+    return "—" if value is None else f"{value:,}"
+
+
+def fleet_rows(d: Diagnosis, limit: int | None = None) -> tuple[FleetRowView, ...]:
+    """The fleet table, worst replicas first (as the record orders them)."""
+    return tuple(
+        FleetRowView(
+            replica=r.replica,
+            verdict=humanise(r.primary.value),
+            severity=r.severity.value if r.severity else "—",
+            codes=", ".join(r.codes) or "—",
+            peak=_pct(r.peak_kv_usage),
+            p95=_pct(r.p95_kv_usage),
+            gap=_pct(r.usage_gap, signed=True),
+            waiting=_count(r.max_waiting),
+            preemptions=_count(r.preemptions),
+            requests=_count(r.requests),
+            hot=r.hot,
+            summary=r.summary,
+        )
+        for r in d.fleet[:limit]
+    )
+
+
+def fleet_summary(d: Diagnosis) -> str:
+    """One sentence: how many replicas, which classes, which stand out, the usage spread."""
+    rows = d.fleet
+    classes: dict[str, int] = {}
+    for r in rows:
+        classes[humanise(r.primary.value)] = classes.get(humanise(r.primary.value), 0) + 1
+    counted = ", ".join(f"{n} {name}" for name, n in sorted(classes.items(), key=lambda kv: -kv[1]))
+    p95 = sorted(r.p95_kv_usage for r in rows if r.p95_kv_usage is not None)
+    spread = f"; p95 KV usage {_pct(p95[0])} to {_pct(p95[-1])}" if p95 else ""
+    hot = [r.replica for r in rows if r.hot]
+    named = ", ".join(hot[:HOT_NAMED]) + (
+        f" and {len(hot) - HOT_NAMED} more" if len(hot) > HOT_NAMED else ""
+    )
+    stand_out = f"; far from the others: {named}" if hot else "; none far from the others"
+    return f"{len(rows)} replicas: {counted}{spread}{stand_out}"

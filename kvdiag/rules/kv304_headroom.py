@@ -57,6 +57,12 @@ class KvHeadroom(Rule):
         healthy = [v for v in verdicts if not isinstance(v, str)]
         yield ctx.finding("; ".join(t for t, _ in healthy), [e for _, ev in healthy for e in ev])
 
+    def judge_replica(
+        self, ctx: RuleContext, name: str, part: pl.DataFrame
+    ) -> str | tuple[str, list[Evidence]]:
+        """One replica of several (the fleet view): why it is not healthy, or its title."""
+        return self._replica(ctx, name, part, multi=True)
+
     def _replica(
         self, ctx: RuleContext, name: str, part: pl.DataFrame, multi: bool
     ) -> str | tuple[str, list[Evidence]]:

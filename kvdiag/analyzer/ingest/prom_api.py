@@ -9,6 +9,11 @@ results and native histograms.
 
 Each sample cites the line where its `[ts, "value"]` pair starts (pretty-printed JSON, e.g.
 `curl ... | jq .`); when the whole document is one line the line is NULL and a note says so.
+
+A saved response may say where it came from beside `status` and `data` (kvdiag's live
+source writes them, see kvdiag/analyzer/live/): `"query"`, the PromQL expression, is cited
+in each sample's raw text (`[ts, "v"] from <query>`), and `"series_name"` names the series
+that carry no `__name__` (aggregations such as `max by (instance) (...)` drop it).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ class _Series:
     heads: list[str] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
     pairs: list[Any] = field(default_factory=list)
+    queries: list[str] = field(default_factory=list)  # per series: its query, or ""
     skipped: dict[str, int] = field(default_factory=dict)
 
     def skip(self, why: str) -> None:
@@ -122,18 +128,26 @@ def _collect(doc: Any, series: _Series) -> Iterator[str]:
         if kind not in ("vector", "matrix"):
             series.skip(f"{kind or 'unknown'} results")
             continue
+        query, named = part.get("query"), part.get("series_name")
         for item in data.get("result") or []:
-            _add_series(item, kind, series)
+            _add_series(item, kind, series, _text(query), _text(named))
 
 
-def _add_series(item: dict[str, Any], kind: str, series: _Series) -> None:
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _add_series(
+    item: dict[str, Any], kind: str, series: _Series, query: str = "", named: str = ""
+) -> None:
     labels = {str(k): str(v) for k, v in (item.get("metric") or {}).items()}
-    name = labels.pop("__name__", None)
+    name = labels.pop("__name__", None) or named or None
     pairs = [item["value"]] if kind == "vector" and "value" in item else item.get("values", [])
     if "histogram" in item or "histograms" in item:
         series.skip("native histogram series")
     series.heads.append(render_head(name, labels) if name else "")
     series.counts.append(len(pairs))
+    series.queries.append(query)
     series.pairs += pairs
     if not name:
         series.skip("series without __name__ (expression results)")
@@ -145,6 +159,7 @@ def _samples(text: str, series: _Series, rel: str, n_lines: int, tally: Tally) -
         return pl.DataFrame()
     index = pl.Series(range(len(series.heads))).repeat_by(pl.Series(series.counts)).explode()
     lines, raws = _pair_lines(text, len(series.pairs), n_lines, tally)
+    cited = pl.Series(series.queries).gather(index)
     frame = pl.DataFrame(
         {
             "head": pl.Series(series.heads).gather(index),
@@ -153,6 +168,8 @@ def _samples(text: str, series: _Series, rel: str, n_lines: int, tally: Tally) -
             "source_line": pl.Series(lines, dtype=pl.Int64),
             "raw": pl.Series(raws, dtype=pl.String),
         }
+    ).with_columns(  # the query the sample came from is part of its provenance
+        pl.when(cited != "").then(pl.col("raw") + " from " + cited).otherwise(pl.col("raw"))
     )
     return frame.filter(pl.col("head") != "").select(
         pl.lit(rel).alias("source_path"),
