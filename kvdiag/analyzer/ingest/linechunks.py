@@ -141,6 +141,7 @@ class _Chunker:
         lines = data.count(b"\n", 0, stop)
         first = self.stats.lines + 1
         self.stats.lines += lines
+        self.stats.bytes += stop
         self.window.consume(min(stop, len(data)))
         yield Chunk(first, data, lines)
 
@@ -148,6 +149,7 @@ class _Chunker:
         """The next line is overlong: keep its head, stream past the rest."""
         head = self.window.peek(MAX_LINE_BYTES)[0][:MAX_LINE_BYTES]
         size = self.window.skip_line()
+        self.stats.bytes += size + 1
         line = self.stats.lines + 1
         self.stats.overlong_count += 1
         if len(self.stats.overlong) < _OVERLONG_EXAMPLES:

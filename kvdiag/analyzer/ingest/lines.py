@@ -42,7 +42,7 @@ __all__ = [
 
 # 16 MB of text a batch: a batch parses in ~0.1 s, and two in flight (one per core) plus
 # the one being read stay far below the memory budget.
-BATCH_BYTES = 16 << 20
+BATCH_BYTES = 8 << 20
 # polars' CSV reader splits lines fast; we give it a column separator that cannot occur
 # (it is replaced before parsing) so each line lands whole in one column.
 _SEP = b"\x1f"

@@ -36,6 +36,7 @@ class ReadStats:
     overlong: list[tuple[int, int]] = field(default_factory=list)  # (line, bytes), first few
     overlong_count: int = 0
     lines: int = 0  # lines read so far
+    bytes: int = 0  # bytes of text read so far (for progress)
 
     def problems(self) -> list[tuple[int | None, str]]:
         """(line, message) for each kind of damage seen, for InputProblem rows."""

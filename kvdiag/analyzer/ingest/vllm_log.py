@@ -29,6 +29,8 @@ from kvdiag.analyzer.ingest.base import (
 )
 from kvdiag.analyzer.ingest.formats import FormatPack, load_pack
 from kvdiag.analyzer.ingest.lines import Chunk, ReadStats, chronological, iter_chunks, rotation_base
+from kvdiag.analyzer.ingest.logaccess import AccessBook
+from kvdiag.analyzer.ingest.logaccess import count_rows as count_access
 from kvdiag.analyzer.ingest.logbatch import BatchResult, LineCounts, count_lines, ordered_map
 from kvdiag.analyzer.ingest.logbatch import read_batch as read_log_batch
 from kvdiag.analyzer.ingest.logconfig import config_rows, decode_dicts
@@ -180,11 +182,18 @@ class VllmLogIngester(Ingester):
 
     def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:
         year: YearState | None = None
+        done = _Done()
         for path, rel in chronological(unit.files, unit.rels):
-            year = yield from self._ingest_file(path, rel, unit, ctx, year)
+            year = yield from self._ingest_file(path, rel, unit, ctx, year, done)
 
     def _ingest_file(
-        self, path: Path, rel: str, unit: InputUnit, ctx: IngestContext, year: YearState | None
+        self,
+        path: Path,
+        rel: str,
+        unit: InputUnit,
+        ctx: IngestContext,
+        year: YearState | None,
+        done: _Done,
     ) -> Generator[Emit, None, YearState | None]:
         state = _FileState()
         pack, lanes = self.pack, self.lanes
@@ -200,11 +209,23 @@ class VllmLogIngester(Ingester):
             for rows in stamp_events(result.events, year, result.container_lines):
                 yield from state.emit(rows, unit, rel)
             state.add(result)
+            if ctx.progress is not None:
+                ctx.progress(done.bytes + state.read.bytes, done.lines + state.tally.total)
+        done.bytes += state.read.bytes
+        done.lines += state.tally.total
         yield from state.emit_access(unit, rel)
         for line, message in state.read.problems():
             yield InputProblem(rel, line, message)
         yield state.account(rel, year)
         return year
+
+
+@dataclass
+class _Done:
+    """Bytes and lines of the files of a unit already read (a rotated set), for progress."""
+
+    bytes: int = 0
+    lines: int = 0
 
 
 @dataclass
@@ -217,7 +238,7 @@ class _FileState:
     repairs: Repairs = field(default_factory=Repairs)
     events: dict[str, int] = field(default_factory=dict)
     cut: int = 0  # stored rows whose raw text was cut to MAX_STORED_LINE
-    access: list[pl.DataFrame] = field(default_factory=list)  # access lines counted per key
+    access: AccessBook = field(default_factory=AccessBook)  # access lines counted per key
 
     def emit(self, rows: EventRows, unit: InputUnit, rel: str) -> Iterator[TableBatch]:
         frame = _provenance(decode_dicts(rows.frame, rows.event), unit, rel)
@@ -225,7 +246,7 @@ class _FileState:
         self.events[rows.event.id] = self.events.get(rows.event.id, 0) + frame.height
         if rows.event.table == "log_http":  # below 400 counted, rejections kept as rows
             counted = pl.col("status") < REJECTED
-            self.access.append(_access_counts(frame.filter(counted)))
+            self.access.add(count_access(frame.filter(counted)))
             frame = frame.filter(~counted.fill_null(False))
         out = _table_frame(frame, rows.event.table)
         self.cut += int(frame.select((pl.col("_raw_chars") > MAX_STORED_LINE).sum()).item())
@@ -243,7 +264,7 @@ class _FileState:
             n = int(result.access["count"].sum())
             self.tally.records += n
             self.events["http_access"] = self.events.get("http_access", 0) + n
-            self.access.append(result.access.with_columns(pl.lit(None, pl.String).alias("process")))
+            self.access.add(result.access)
 
     def count(self, lines: int, parsed: Parsed) -> None:
         """Count one fully parsed batch (tests feed lines through parse_batch directly)."""
@@ -258,29 +279,9 @@ class _FileState:
 
     def emit_access(self, unit: InputUnit, rel: str) -> Iterator[TableBatch]:
         """One log_http_counts row per (process, method, path, status) seen in the file."""
-        if not self.access:
-            return
-        rows = (
-            pl.concat(self.access, how="diagonal_relaxed")
-            .sort("first")
-            .group_by("process", "method", "path", "status", maintain_order=True)
-            .agg(pl.col("count").sum(), pl.col("first").min(), pl.col("last").max(), "raw")
-        )
-        yield TableBatch(
-            "log_http_counts",
-            rows.select(
-                pl.lit(rel).alias("source_path"),
-                pl.col("first").alias("source_line"),
-                pl.col("raw").list.first().str.slice(0, MAX_STORED_LINE).alias("raw"),
-                pl.lit(unit.replica).alias("replica"),
-                "process",
-                "method",
-                "path",
-                pl.col("status").cast(pl.Int32),
-                "count",
-                pl.col("last").alias("last_line"),
-            ),
-        )
+        rows = self.access.table(rel, unit.replica)
+        if rows is not None:
+            yield TableBatch("log_http_counts", rows)
 
     def account(self, rel: str, year: YearState | None) -> Account:
         notes = self.tally.notes
@@ -332,16 +333,6 @@ def _record_cut(data: bytes, end: int) -> int:
     if cut:
         return starts[cut]
     return -1 if len(texts) < _CUT_SEARCH else 0
-
-
-def _access_counts(rows: pl.DataFrame) -> pl.DataFrame:
-    """Access rows of the full parse, counted like the fast lane counts its lines."""
-    return rows.group_by("process", "method", "path", "status").agg(
-        pl.len().cast(pl.Int64).alias("count"),
-        pl.col("line_no").min().alias("first"),
-        pl.col("line_no").max().alias("last"),
-        pl.col("raw").sort_by("line_no").first(),
-    )
 
 
 def _sniff_events(pack: FormatPack, head: str) -> bool:
