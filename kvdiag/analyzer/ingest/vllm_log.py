@@ -177,8 +177,12 @@ class VllmLogIngester(Ingester):
 
     @property
     def lanes(self) -> Lanes | None:
-        """Fast lanes for the pack (logtriage.py), or None to parse every line fully."""
-        return vllm_lanes()
+        """Fast lanes for the pack (logtriage.py), or None to parse every line fully.
+
+        The lanes are proven against the vLLM pack only: a subclass reading another pack
+        (SGLang) parses every line fully until lanes are built and tested for its pack.
+        """
+        return vllm_lanes() if self.pack_name == "vllm_log" else None
 
     def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:
         year: YearState | None = None
