@@ -33,7 +33,12 @@ EXPECTED_INPUTS: tuple[tuple[tuple[str, ...], str, str, tuple[int, ...]], ...] =
         (1,),
     ),
 )
-_NO_POOL = "no pool size (start-up pool line or cache_config_info)"
+# What the same missing input would have decided for an SGLang server, where it differs.
+_SGLANG_DECIDES = {
+    "no /metrics scrapes": "usage, queue and running between decode lines; the radix cache's "
+    "evictable tokens, which SGLang's token usage counts as free (layer 2)",
+}
+_NO_POOL = "no pool size (start-up pool line, cache_config_info or SGLang's pool gauge)"
 _LAYERS = {what: layers for _, what, _, layers in EXPECTED_INPUTS} | {_NO_POOL: (1, 3)}
 
 
@@ -65,17 +70,23 @@ def missing_evidence(reader: StoreReader) -> tuple[MissingEvidence, ...]:
     if reader.count("gpu_snapshots"):
         kinds.add("dcgm")
     cpu = on_cpu(reader)
+    sglang = "sglang_log" in kinds and "vllm_log" not in kinds
     out = [
-        MissingEvidence(what, decides)
+        MissingEvidence(what, _SGLANG_DECIDES.get(what, decides) if sglang else decides)
         for supply, what, decides, _ in EXPECTED_INPUTS
         if not kinds & set(supply) and not (cpu and "nvidia_smi" in supply)
     ]
-    if (
-        kinds
-        and reader.count("log_kv_pool") == 0
-        and not reader.scalar(
-            "SELECT count(*) FROM config WHERE key IN ('num_gpu_blocks', 'kv_cache_size_tokens')"
-        )
-    ):
+    if kinds and not _pool_stated(reader):
         out.append(MissingEvidence(_NO_POOL, "layers 1 and 3: the size the demand is held against"))
     return tuple(out)
+
+
+def _pool_stated(reader: StoreReader) -> bool:
+    """A pool size is somewhere: a log pool line, vLLM's cache config, SGLang's pool gauge."""
+    return bool(
+        reader.count("log_kv_pool")
+        or reader.scalar(
+            "SELECT count(*) FROM config WHERE key IN ('num_gpu_blocks', 'kv_cache_size_tokens')"
+        )
+        or reader.scalar("SELECT count(*) FROM metric_samples WHERE metric = 'kv_pool_tokens'")
+    )

@@ -8,7 +8,7 @@ from datetime import datetime
 from kvdiag.analyzer.model import Scalar
 from kvdiag.reports.safe import plain
 
-_PLURAL_UNITS = {"requests", "tokens", "preemptions", "blocks"}
+_PLURAL_UNITS = {"requests", "tokens", "preemptions", "retractions", "blocks"}
 _BYTE_UNITS = {"bytes": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "MB": 1e6, "GB": 1e9}
 
 

@@ -67,6 +67,7 @@ def _verdict(d: Diagnosis) -> list[str]:
         f"**{md_text(v.summary)}**",
         "",
         f"- Incident: {md_text(d.incident)}",
+        f"- Engine: {md_text(view.engines(d))}",
         f"- Window: {md_text(fmt_window(d.window, bool(d.series)))}",
         f"- Classes: {md_text(classes)}",
     ]

@@ -62,6 +62,13 @@ def headline(cls: IncidentClass) -> str:
     return _CLASS_HEADLINES.get(cls, humanise(cls.value).capitalize())
 
 
+def engines(d: Diagnosis) -> str:
+    """The engine(s) the incident ran, from the `engine` fact ("sglang", "sglang, vllm")."""
+    fact = d.facts.get("engine")
+    found = fact if isinstance(fact, tuple) else (fact,) if fact is not None else ()
+    return ", ".join(str(f.value) for f in found) or "unknown"
+
+
 def verdict_tone(d: Diagnosis) -> str:
     """ok | unknown | bad: the banner's colour."""
     if d.verdict.primary is IncidentClass.HEALTHY:

@@ -16,8 +16,8 @@ from kvdiag.analyzer.model import Evidence
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.kvbytes import bytes_per_token, dtype_bytes, mla_bytes_per_token
 from kvdiag.rules.ledger import GIB, Ledger
+from kvdiag.rules.vocabulary import engine_process_words
 
-_VLLM_NAMES = ("vllm", "worker_tp", "enginecore")
 _MEMORY_COLS = (
     "total_gib",
     "utilization",
@@ -224,7 +224,7 @@ def _snapshots(ctx: RuleContext, replica: str | None, c: Card) -> None:
 
     def ours(r: dict[str, Any]) -> bool:
         name = str(r["process_name"] or "").lower()
-        return any(k in name for k in _VLLM_NAMES) or r["pid"] in log_pids
+        return any(k in name for k in engine_process_words()) or r["pid"] in log_pids
 
     rows = procs.to_dicts()
     # Only when the engine's own processes are recognisable can the rest be called co-tenants

@@ -16,6 +16,7 @@ from kvdiag.analyzer.model import (
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
+from kvdiag.rules.vocabulary import vocabulary
 from kvdiag.rules.workload import fmt_tokens
 
 # Start-up refusals, by wording, for rows whose event name an ingester may spell its own way.
@@ -70,16 +71,11 @@ class UnservableConfig(Rule):
         )
         if no_blocks.height:
             row = no_blocks.row(0, named=True)
+            words = vocabulary(ctx, row["replica"])
             yield ctx.finding(
                 "The engine refused to start: no memory was left for a single KV cache block",
                 [ctx.evidence(row, "capacity_error", "no KV blocks")],
-                [
-                    Remedy(
-                        "lower max_num_seqs / max_num_batched_tokens, "
-                        "or raise gpu_memory_utilization",
-                        "the weights and the profiling peak took the whole budget",
-                    )
-                ],
+                [Remedy(words.phrase("no_kv_room"), words.phrase("no_kv_room_why"))],
             )
             return
         yield from self._concurrency(ctx)
@@ -109,13 +105,15 @@ class UnservableConfig(Rule):
         yield ctx.finding(title, ev, _remedies(ctx, want, fit))
 
     def _concurrency(self, ctx: RuleContext) -> Iterator[Finding | Comparison | RuledOut]:
+        # SGLang prints no concurrency: its start-up line gives the pool and context_len.
         rows = ctx.sql(
-            "SELECT * FROM log_kv_pool WHERE concurrency IS NOT NULL AND max_model_len IS NOT NULL "
-            "ORDER BY concurrency, source_path, source_line LIMIT 1"
+            "SELECT *, coalesce(concurrency, tokens / max_model_len) AS _conc FROM log_kv_pool "
+            "WHERE max_model_len > 0 AND (concurrency IS NOT NULL OR tokens IS NOT NULL) "
+            "ORDER BY _conc, source_path, source_line LIMIT 1"
         )
         if rows.height:
             row = rows.row(0, named=True)
-            conc, want = float(row["concurrency"]), int(row["max_model_len"])
+            conc, want = float(row["_conc"]), int(row["max_model_len"])
         else:
             cfg = ctx.config("kv_cache_max_concurrency")
             mml = ctx.fact("max_model_len")
@@ -123,11 +121,12 @@ class UnservableConfig(Rule):
                 return
             row, conc, want = cfg, float(cfg["value"]), int(mml.value)
         ev = [ctx.evidence(row, "max_concurrency", conc)]
+        length = vocabulary(ctx).name("max_model_len")
         tokens = ctx.fact("pool_tokens")
         stated = tokens.value if tokens is not None else None
         fit = int(stated) if isinstance(stated, int | float) else int(conc * want)
         yield ctx.compare(
-            "one request of max_model_len vs the pool",
+            f"one request of {length} vs the pool",
             want,
             fit,
             "tokens",
@@ -135,12 +134,10 @@ class UnservableConfig(Rule):
             f"maximum concurrency {conc:.2f}x at {fmt_tokens(want)} tokens",
         )
         if conc >= ctx.threshold("min_concurrency"):
-            yield ctx.rule_out(
-                f"the pool holds {conc:.2f} requests of max_model_len {fmt_tokens(want)}"
-            )
+            yield ctx.rule_out(f"the pool holds {conc:.2f} requests of {length} {fmt_tokens(want)}")
             return
         yield ctx.finding(
-            f"The pool holds {conc:.2f} requests of max_model_len {fmt_tokens(want)}: a "
+            f"The pool holds {conc:.2f} requests of {length} {fmt_tokens(want)}: a "
             "max-length request cannot run; the largest length that fits is about "
             f"{fmt_tokens(fit)}",
             ev,
@@ -172,21 +169,24 @@ def _largest_fit(row: dict[str, Any]) -> tuple[int | None, str]:
 
 def _remedies(ctx: RuleContext, want: int, fit: int | None) -> list[Remedy]:
     out: list[Remedy] = []
+    words = vocabulary(ctx)
     if fit:
-        out.append(Remedy(f"--max-model-len {fit}", "the longest request this pool can hold"))
+        out.append(
+            Remedy(words.flag("max_model_len", fit), "the longest request this pool can hold")
+        )
         grow = f"{want / fit:.1f}x what it holds now" if fit else ""
         per_token = ctx.fact_value("kv_bytes_per_token")
         size = f" (about {want * float(per_token) / 2**30:,.2f} GiB of KV)" if per_token else ""
         out.append(
             Remedy(
-                "grow the pool: raise --gpu-memory-utilization or --kv-cache-memory-bytes",
+                words.phrase("grow_pool"),
                 f"to serve {fmt_tokens(want)} tokens the pool must hold {grow}{size}",
             )
         )
         if 2 * fit >= want:
             out.append(
                 Remedy(
-                    "--kv-cache-dtype fp8 (if the model tolerates it)",
+                    words.phrase("fp8_kv"),
                     f"halves bytes per token: the same memory holds about {fmt_tokens(2 * fit)} "
                     f"tokens, enough for {fmt_tokens(want)}",
                 )

@@ -6,12 +6,14 @@ from collections.abc import Iterable, Iterator
 
 import polars as pl
 
+from kvdiag.analyzer.facts.engine import ENGINE_OF_INPUT
 from kvdiag.analyzer.model import Comparison, Finding, IncidentClass, Remedy, RuledOut, Severity
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.card import Card, card
 from kvdiag.rules.ledger import TERM_LABELS, Ledger, fmt_gib, nominal_pool_gib, waterfall
 from kvdiag.rules.load import load_points, preemptions
 from kvdiag.rules.queries import col_max
+from kvdiag.rules.vocabulary import two_engines, vocabularies, vocabulary
 from kvdiag.rules.workload import fmt_tokens, pct
 
 _TABLES = ("log_memory", "log_kv_pool", "gpu_snapshots", "config")
@@ -75,6 +77,10 @@ class ShrunkenPool(Rule):
         scope = c.replica if multi else None
         if c.pool_gib is None:  # undecidable: no pool size in bytes to hold against the card
             return
+        if two_engines(ctx, c.replica or "default"):
+            # Two engines' pools (a comparison on one card): side by side, not one ledger.
+            yield from _side_by_side(ctx, c.replica or "default")
+            return
         points = load_points(ctx)
         if multi and points.height:
             points = points.filter(pl.col("replica") == c.replica)
@@ -130,7 +136,7 @@ class ShrunkenPool(Rule):
             share = c.pool_gib / c.total_gib
             title += f"; the {where} has {fmt_gib(c.total_gib)}, {share:.1%} of it given to KV"
         remedy = Remedy(
-            "raise --kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE on CPU)",
+            vocabulary(ctx, scope).phrase("raise_explicit_pool"),
             "the size this load needs is priced under KV301",
         )
         yield ctx.finding(title, c.evidence, [remedy], severity=Severity.INFO, replica=scope)
@@ -228,6 +234,7 @@ def _remedies(
     ctx: RuleContext, c: Card, top: tuple[str, float] | None, scope: str | None
 ) -> list[Remedy]:
     per_gib = _tokens_per_gib(ctx, c, scope)
+    words = vocabulary(ctx, scope)
 
     def worth(gib: float) -> str:
         return f"{fmt_gib(gib)}" + (
@@ -238,9 +245,8 @@ def _remedies(
     if top is not None:
         name, gib = top
         action = {
-            "activation": "lower --max-num-batched-tokens / --max-num-seqs "
-            "so the profiling peak shrinks",
-            "cuda_graph": "capture fewer CUDA graph sizes (or --enforce-eager)",
+            "activation": words.phrase("shrink_activation"),
+            "cuda_graph": words.phrase("fewer_graphs"),
             "non_torch": "trim communication buffers (NCCL), unneeded components and profilers",
             "unattributed": "start the engine on an empty card; stop co-tenant processes",
         }[name]
@@ -250,7 +256,7 @@ def _remedies(
     if c.utilization:
         out.append(
             Remedy(
-                "reclaim non-KV memory before touching gpu_memory_utilization",
+                "reclaim non-KV memory before touching " + words.name("gpu_memory_utilization"),
                 f"raising it from {c.utilization:g} only narrows the workspace margin; "
                 "the case study fixed a squeezed pool at 0.88, with max-num-seqs and "
                 "prefix caching",
@@ -264,7 +270,8 @@ def _ledger_rows(ctx: RuleContext, c: Card, scope: str | None) -> Iterator[Compa
     tag = f" [{scope}]" if scope else ""
     ledger: Ledger | None = c.ledger()
     if ledger is not None:
-        for label, gib in waterfall(ledger):
+        fraction = vocabulary(ctx, scope).name("gpu_memory_utilization")
+        for label, gib in waterfall(ledger, fraction):
             yield ctx.compare(f"ledger: {label}{tag}", None, round(gib, 2), "GiB", c.evidence)
         if c.weights_gib is not None:
             nominal = nominal_pool_gib(
@@ -288,3 +295,22 @@ def _ledger_rows(ctx: RuleContext, c: Card, scope: str | None) -> Iterator[Compa
             [g.evidence],
             "nvidia-smi: memory the pool cannot reach",
         )
+
+
+def _side_by_side(ctx: RuleContext, replica: str) -> Iterator[Comparison]:
+    """Each engine's pool on the same hardware: memory per GPU and tokens, one row each."""
+    rows = ctx.sql(
+        f"SELECT p.*, {ENGINE_OF_INPUT} AS _engine FROM log_kv_pool p "
+        "JOIN inputs i ON i.path = p.source_path WHERE p.replica = ? "
+        "AND (p.gib IS NOT NULL OR p.tokens IS NOT NULL) "
+        "ORDER BY _engine, p.gib NULLS LAST, p.tokens, p.source_path, p.source_line",
+        [replica],
+    )
+    for (engine,), part in rows.group_by("_engine", maintain_order=True):
+        label = vocabularies()[str(engine)].label if engine in vocabularies() else str(engine)
+        for col, unit, what in (("gib", "GiB", "memory per GPU"), ("tokens", "tokens", "size")):
+            hit = part.filter(pl.col(col).is_not_null())
+            if hit.height:
+                row = hit.row(0, named=True)
+                ev = ctx.evidence(row, f"pool_{col}", row[col])
+                yield ctx.compare(f"{label} KV pool {what}", None, row[col], unit, [ev])

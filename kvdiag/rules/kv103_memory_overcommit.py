@@ -13,6 +13,7 @@ from kvdiag.rules.card import card
 from kvdiag.rules.ledger import GIB, fmt_gib
 from kvdiag.rules.load import load_points
 from kvdiag.rules.queries import col_max
+from kvdiag.rules.vocabulary import vocabulary
 from kvdiag.rules.workload import pct
 
 
@@ -85,8 +86,9 @@ class MemoryOvercommit(Rule):
 
     def _refused(self, ctx: RuleContext, row: dict[str, Any]) -> Finding:
         free, total, util = row["free_gib"], row["total_gib"], row["utilization"]
+        words = vocabulary(ctx, row["replica"])
         title = "The engine refused to start: free memory on the device is below the requested "
-        title += "gpu_memory_utilization"
+        title += words.name("gpu_memory_utilization")
         if free is not None and total:
             title += f" ({fmt_gib(free)} free of {fmt_gib(total)}"
             title += f", {util:g} requested)" if util is not None else ")"
@@ -95,7 +97,7 @@ class MemoryOvercommit(Rule):
             fits = int(100 * free / total) / 100 - 0.01
             remedies.append(
                 Remedy(
-                    f"--gpu-memory-utilization {fits:.2f}",
+                    words.flag("gpu_memory_utilization", f"{fits:.2f}"),
                     f"{fmt_gib(free)} of {fmt_gib(total)} was free at start; another process "
                     f"holds {fmt_gib(total - free)}",
                 )
@@ -111,8 +113,9 @@ class MemoryOvercommit(Rule):
             yield ctx.rule_out("no CUDA OOM and no start-up refusal in the logs")
             return
         outside = c.total_gib * (1 - c.utilization)
+        fraction = vocabulary(ctx).name("gpu_memory_utilization")
         yield ctx.compare(
-            "memory outside gpu_memory_utilization",
+            f"memory outside {fraction}",
             ctx.threshold("workspace_min_gib"),
             round(outside, 2),
             "GiB",
@@ -121,12 +124,12 @@ class MemoryOvercommit(Rule):
         )
         if not c.utilization_stated or outside >= ctx.threshold("workspace_min_gib"):
             yield ctx.rule_out(
-                f"no OOM, no start-up refusal; gpu_memory_utilization {c.utilization:g} leaves "
+                f"no OOM, no start-up refusal; {fraction} {c.utilization:g} leaves "
                 f"{fmt_gib(outside)} outside the budget"
             )
             return
         yield ctx.finding(
-            f"gpu_memory_utilization {c.utilization:g} leaves {fmt_gib(outside)} of a "
+            f"{fraction} {c.utilization:g} leaves {fmt_gib(outside)} of a "
             f"{fmt_gib(c.total_gib)} card for workspace, graphs and communication buffers",
             c.evidence,
             self._remedies(ctx, None),
@@ -135,11 +138,16 @@ class MemoryOvercommit(Rule):
 
     def _remedies(self, ctx: RuleContext, tried: int | None) -> list[Remedy]:
         c = card(ctx, None)
+        words = vocabulary(ctx)
         target = ctx.threshold("target_util")
         if c.utilization is None or c.total_gib is None or c.utilization <= target:
+            fraction, budget = (
+                words.name("gpu_memory_utilization"),
+                words.name("max_num_batched_tokens"),
+            )
             return [
                 Remedy(
-                    "lower gpu_memory_utilization (0.85-0.88) or max_num_batched_tokens",
+                    f"lower {fraction} (0.85-0.88) or {budget}",
                     "leave room for workspace, CUDA graphs and communication buffers",
                 )
             ]
@@ -147,7 +155,7 @@ class MemoryOvercommit(Rule):
         need = f"; the failed allocation was {fmt_gib(tried / GIB)}" if tried else ""
         return [
             Remedy(
-                f"--gpu-memory-utilization {c.utilization:g} -> {target:g}",
+                words.flag("gpu_memory_utilization", f"{c.utilization:g} -> {target:g}"),
                 f"leaves {fmt_gib(freed)} more for workspace outside the budget{need}; the pool "
                 f"shrinks by the same {fmt_gib(freed)}",
             )

@@ -10,9 +10,8 @@ import polars as pl
 from kvdiag.analyzer.model import Comparison, Finding, IncidentClass, Remedy, RuledOut, Severity
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.ledger import fmt_gib
+from kvdiag.rules.vocabulary import engine_process_words
 from kvdiag.rules.workload import fmt_tokens
-
-_OURS = ("vllm", "worker_tp", "enginecore")
 
 
 class GpuImbalance(Rule):
@@ -130,7 +129,10 @@ def _serving_gpus(ctx: RuleContext) -> set[int]:
         return set()
     ours = procs.filter(
         pl.any_horizontal(
-            [pl.col("process_name").str.to_lowercase().str.contains(k, literal=True) for k in _OURS]
+            [
+                pl.col("process_name").str.to_lowercase().str.contains(k, literal=True)
+                for k in engine_process_words()
+            ]
         )
     )
     return set(ours["gpu"].to_list())

@@ -12,6 +12,8 @@ from kvdiag.rules.demand import slots
 from kvdiag.rules.episodes import best_source
 from kvdiag.rules.load import load_points, usage_evidence
 from kvdiag.rules.queries import col_median
+from kvdiag.rules.radix import evictable_added_back
+from kvdiag.rules.vocabulary import vocabulary
 from kvdiag.rules.workload import Lengths, Pool, fmt_tokens, lengths, pool
 
 
@@ -52,6 +54,9 @@ class PaddingWaste(Rule):
     def _replica(
         self, ctx: RuleContext, scope: str | None, part: pl.DataFrame
     ) -> Iterator[Finding | Comparison | RuledOut]:
+        radix = evictable_added_back(ctx, scope)
+        if radix is not None:
+            yield radix
         lens, size = lengths(ctx, scope), pool(ctx, scope)
         if lens is None or size is None:
             return  # undecidable without request lengths and a pool size
@@ -99,10 +104,10 @@ class PaddingWaste(Rule):
         if lines.height:  # the engine's own stats line saw the same level
             top = lines.row(0, named=True)
             ev.append(ctx.evidence(top, "kv_usage_pct", top["kv_usage_pct"]))
-        yield ctx.finding(title, ev, _remedies(size, live), replica=scope)
+        yield ctx.finding(title, ev, _remedies(ctx, scope, size, live), replica=scope)
 
 
-def _remedies(size: Pool, live: float) -> list[Remedy]:
+def _remedies(ctx: RuleContext, scope: str | None, size: Pool, live: float) -> list[Remedy]:
     out = [
         Remedy(
             "continuous batching with paged KV; bucket lengths (256 / 512 / 1k / 2k / 4k) "
@@ -113,11 +118,13 @@ def _remedies(size: Pool, live: float) -> list[Remedy]:
     ]
     if size.block_size and size.block_size > 16:
         empty = slots(live, size.block_size) - live
+        words = vocabulary(ctx, scope)
+        blocks = words.word("blocks")
         out.append(
             Remedy(
-                "--block-size 16 (where the attention backend allows; hybrid models fix it)",
-                f"with {size.block_size}-token blocks a {fmt_tokens(live)}-token sequence "
-                f"leaves {fmt_tokens(empty)} slots empty; 16-token blocks leave at most 15",
+                words.phrase("smaller_blocks"),
+                f"with {size.block_size}-token {blocks} a {fmt_tokens(live)}-token sequence "
+                f"leaves {fmt_tokens(empty)} slots empty; 16-token {blocks} leave at most 15",
             )
         )
     return out
@@ -134,6 +141,7 @@ def _comparisons(
             round(slots(live, size.block_size) - live),
             "tokens",
             [size.source],
-            f"a {fmt_tokens(live)}-token sequence in {size.block_size}-token blocks "
-            f"(at most {size.block_size - 1} empty); {lens.source}",
+            f"a {fmt_tokens(live)}-token sequence in {size.block_size}-token "
+            f"{vocabulary(ctx, scope).word('blocks')} (at most {size.block_size - 1} empty); "
+            f"{lens.source}",
         )

@@ -20,6 +20,7 @@ from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.episodes import best_source
 from kvdiag.rules.load import load_points, usage_evidence, waiting_evidence
 from kvdiag.rules.queries import col_max, first_max, prefix_hit_rate
+from kvdiag.rules.vocabulary import Vocabulary, vocabulary
 from kvdiag.rules.workload import Lengths, fmt_tokens, lengths, pct, pool
 
 
@@ -28,13 +29,14 @@ class _Caching:
     enabled: bool | None
     hit_rate: float | None
     evidence: Evidence | None
+    words: Vocabulary
 
     def describe(self) -> str:
         if self.enabled is False:
-            return "prefix caching off"
+            return f"{self.words.word('prefix_caching')} off"
         if self.hit_rate is not None:
-            return f"prefix cache hit rate {self.hit_rate:.0%}"
-        return "prefix caching on, hit rate unknown"
+            return f"{self.words.word('prefix_cache')} hit rate {self.hit_rate:.0%}"
+        return f"{self.words.word('prefix_caching')} on, hit rate unknown"
 
 
 class PrefillPeak(Rule):
@@ -132,7 +134,8 @@ def _caching(ctx: RuleContext, scope: str | None) -> _Caching:
             r = eng.row(0, named=True)
             enabled = str(r["enable_prefix_caching"]).lower() == "true"
             ev = ctx.evidence(r, "enable_prefix_caching", r["enable_prefix_caching"])
-    return _Caching(enabled, prefix_hit_rate(ctx, scope) if enabled is not False else None, ev)
+    hit = prefix_hit_rate(ctx, scope) if enabled is not False else None
+    return _Caching(enabled, hit, ev, vocabulary(ctx, scope))
 
 
 def _impact(ctx: RuleContext, part: pl.DataFrame) -> tuple[str, list[Evidence]] | None:
@@ -196,7 +199,7 @@ def _remedies(
     if caching.enabled is False:
         out.append(
             Remedy(
-                "--enable-prefix-caching",
+                caching.words.phrase("enable_prefix_caching"),
                 f"every request prefilled its whole prompt: {lens.requests} x "
                 f"{fmt_tokens(lens.prompt)} = {fmt_tokens(total)} prompt tokens for "
                 f"{fmt_tokens(lens.generated * lens.requests)} generated; a prefix shared by "
@@ -216,7 +219,7 @@ def _remedies(
     if chunked is not None and str(chunked["value"]).lower() == "false":
         out.append(
             Remedy(
-                "--enable-chunked-prefill with a per-step budget (--max-num-batched-tokens)",
+                caching.words.phrase("chunked_prefill"),
                 f"without it a {fmt_tokens(lens.prompt)}-token prompt is prefilled in one step, "
                 "raising the level at once and stalling decodes",
             )
@@ -248,14 +251,9 @@ def _comparisons(
         if caching.enabled is False
         else (round(caching.hit_rate, 4) if caching.hit_rate is not None else "unknown")
     )
-    residency = (
-        "; cached blocks no running request holds count as free in v1 usage, so the level "
-        "drops between requests while the prefix stays cached"
-        if caching.enabled
-        else ""
-    )
+    residency = f"; {caching.words.phrase('cache_residency')}" if caching.enabled else ""
     yield ctx.compare(
-        f"prefix cache hit rate{tag}",
+        f"{caching.words.word('prefix_cache')} hit rate{tag}",
         ctx.threshold("low_hit"),
         observed,
         "ratio",

@@ -30,6 +30,7 @@ from kvdiag.rules.load import (
 )
 from kvdiag.rules.peak import saturation_remedies
 from kvdiag.rules.queries import col_max, first_max, histogram_quantile
+from kvdiag.rules.vocabulary import Vocabulary, vocabulary
 from kvdiag.rules.workload import Lengths, Pool, fmt_request, fmt_tokens, lengths, pct, pool
 
 
@@ -48,6 +49,7 @@ class _Replica:
     max_waiting: int
     max_running: int
     max_concurrent: int  # running + waiting at the same moment
+    words: Vocabulary
     evidence: list[Evidence] = field(default_factory=list)
 
     @property
@@ -120,6 +122,7 @@ class KvSaturation(Rule):
             max_waiting=int(col_max(part, "waiting")),
             max_running=int(col_max(part, "running")),
             max_concurrent=int(concurrent or 0),
+            words=vocabulary(ctx, scope),
         )
 
     def _decide(self, ctx: RuleContext, rep: _Replica, multi: bool) -> Iterator[Finding | RuledOut]:
@@ -132,7 +135,9 @@ class KvSaturation(Rule):
             yield ctx.finding(
                 title,
                 ev,
-                saturation_remedies(ctx, rep.lens, rep.pool, rep.max_running, rep.max_concurrent),
+                saturation_remedies(
+                    ctx, rep.lens, rep.pool, rep.max_running, rep.max_concurrent, replica
+                ),
                 replica=replica,
             )
             return
@@ -142,7 +147,9 @@ class KvSaturation(Rule):
             yield ctx.finding(
                 title,
                 ev,
-                saturation_remedies(ctx, rep.lens, rep.pool, rep.max_running, rep.max_concurrent),
+                saturation_remedies(
+                    ctx, rep.lens, rep.pool, rep.max_running, rep.max_concurrent, replica
+                ),
                 severity=Severity.WARNING,
                 replica=replica,
             )
@@ -200,9 +207,12 @@ def _climb(
 
 
 def _full_title(rep: _Replica) -> str:
+    pushed = rep.words.count(rep.pre.count)
     title = (
         f"KV pool full while requests waited: usage peaked at {rep.peak_usage:.0%}, "
-        f"up to {rep.max_waiting} waiting, {rep.pre.count} preemptions"
+        f"up to {rep.max_waiting} waiting, {pushed}"
+        if rep.max_waiting
+        else f"KV pool full: usage peaked at {rep.peak_usage:.0%} and pushed requests out, {pushed}"
     )
     if rep.pressure.swapped:
         title += f", up to {rep.pressure.swapped} swapped to CPU"
@@ -267,9 +277,9 @@ def _not_full_reason(ctx: RuleContext, rep: _Replica) -> str:
         )
     shown = pct(rep.peak_usage)
     return (
-        f"nothing waited and nothing was preempted (peak KV usage {shown})"
+        f"nothing waited and nothing was {rep.words.word('preempted')} (peak KV usage {shown})"
         if not rep.pre.count
-        else f"{rep.pre.count} preemptions but KV usage peaked at {shown}"
+        else f"{rep.words.count(rep.pre.count)} but KV usage peaked at {shown}"
     )
 
 
@@ -289,12 +299,14 @@ def _comparisons(ctx: RuleContext, rep: _Replica, multi: bool) -> Iterator[Compa
     waited = [waiting_evidence(ctx, waiting_row)] if waiting_row and waiting_row["w_path"] else []
     yield ctx.compare(f"max waiting requests{tag}", 0, rep.max_waiting, "requests", waited)
     yield ctx.compare(
-        f"preemptions{tag}",
+        f"{rep.words.word('preemptions')}{tag}",
         0,
         rep.pre.count,
-        "preemptions",
+        rep.words.word("preemptions"),
         rep.pre.evidence,
-        f"from {rep.pre.source}" if rep.pre.source else "no preemption witness",
+        f"from {rep.pre.source}"
+        if rep.pre.source
+        else f"no {rep.words.word('preemption')} witness",
     )
     demand = rep.queued_demand
     if demand is not None and rep.lens is not None:

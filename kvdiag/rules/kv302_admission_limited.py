@@ -18,6 +18,7 @@ from kvdiag.rules.load import (
     waiting_evidence,
 )
 from kvdiag.rules.queries import col_max, gauge
+from kvdiag.rules.vocabulary import vocabulary
 from kvdiag.rules.workload import Lengths, fmt_tokens, lengths, pct, pool
 
 
@@ -84,7 +85,8 @@ class AdmissionLimited(Rule):
         pre = preemptions(ctx, scope).count
         if not roomy or pre:
             top = max(e.median_usage for e in found)
-            why = f"{pre} preemptions" if pre else f"median KV usage {pct(top)} while queued"
+            words = vocabulary(ctx, scope)
+            why = words.count(pre) if pre else f"median KV usage {pct(top)} while queued"
             yield ctx.rule_out(f"the queue coincided with a full pool ({why}): KV-bound")
             return
         worst = max(roomy, key=lambda e: e.max_waiting)
@@ -125,8 +127,9 @@ def _limiter(
             return found
     return _Limiter(
         "limiter not identified",
-        "no max_num_seqs cap reached, no token-budget plateau, rejection or deferral in the "
-        "inputs (LoRA slots and scheduler policies leave no trace there)",
+        f"no {vocabulary(ctx, scope).name('max_num_seqs')} cap reached, no token-budget "
+        "plateau, rejection or deferral in the inputs (LoRA slots and scheduler policies leave "
+        "no trace there)",
     )
 
 
@@ -172,6 +175,7 @@ def _max_num_seqs(
     cap = int(float(cap_row["value"]))
     if ep.max_running < cap:
         return None
+    words = vocabulary(ctx, scope)
     remedies = []
     size = pool(ctx, scope)
     if size is not None and lens is not None:
@@ -179,14 +183,15 @@ def _max_num_seqs(
         if fit > cap:
             remedies.append(
                 Remedy(
-                    f"--max-num-seqs {fit}",
+                    words.flag("max_num_seqs", fit),
                     f"the pool holds {fit} requests of {fmt_tokens(lens.peak)} tokens "
                     f"(prompt + max_tokens); {cap} leaves the rest of it idle",
                 )
             )
+    cap_name = words.name("max_num_seqs")
     return _Limiter(
-        "max_num_seqs",
-        f"running requests pinned at max_num_seqs = {cap} while the pool had room",
+        cap_name,
+        f"running requests pinned at {cap_name} = {cap} while the pool had room",
         [ctx.evidence(cap_row, "max_num_seqs", cap)],
         remedies,
     )
@@ -201,12 +206,13 @@ def _concurrency_cap(
     if top < 2 or pinned < ctx.threshold("pinned") * ep.rows.height:
         return None
     remedies = []
+    words = vocabulary(ctx, scope)
     size = pool(ctx, scope)
     if size is not None and lens is not None and size.fit(lens.peak) > top:
         fit = size.fit(lens.peak)
         remedies.append(
             Remedy(
-                f"--max-num-seqs {fit} (if that is the cap)",
+                words.flag("max_num_seqs", f"{fit} (if that is the cap)"),
                 f"the pool holds {fit} requests of {fmt_tokens(lens.peak)} tokens "
                 f"(prompt + max_tokens); {top} running leaves the rest of it idle",
             )
@@ -216,7 +222,8 @@ def _concurrency_cap(
     return _Limiter(
         "concurrency cap",
         f"running requests held at {top} in {pinned} of {ep.rows.height} observations while "
-        "the pool had room: max_num_seqs (not in the inputs) or a LoRA slot limit",
+        f"the pool had room: {words.name('max_num_seqs')} (not in the inputs) or a LoRA slot "
+        "limit",
         [ctx.evidence(src | {"ts": row["ts"]}, "kv_cache_usage_at_cap", round(row["usage"], 4))],
         remedies,
     )
@@ -244,9 +251,11 @@ def _prefill_bound(
         f"stats lines within {ctx.threshold('plateau'):.0%} of it) against {gen:,.1f} tokens/s "
         "generated: the per-step token budget is spent on prefill"
     )
+    words = vocabulary(ctx, scope)
     remedies = [
         Remedy(
-            "raise --max-num-batched-tokens (only where compute is idle) or add replicas",
+            f"raise {words.flag('max_num_batched_tokens')} (only where compute is idle) "
+            "or add replicas",
             f"prefill runs at {top:,.0f} tokens/s; more KV does not shorten this queue",
         )
     ]
@@ -255,7 +264,7 @@ def _prefill_bound(
         text += f"; with {fmt_tokens(lens.prompt)}-token prompts that is {rate:.2f} requests/s"
         remedies.append(
             Remedy(
-                "cut prompt tokens: enable prefix caching for shared prefixes, cap prompt length",
+                words.phrase("cut_prompts"),
                 f"each request costs {fmt_tokens(lens.prompt)} prompt tokens of prefill; "
                 f"halving it doubles the {rate:.2f} requests/s this engine admits",
             )

@@ -11,6 +11,7 @@ from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.demand import Demand
 from kvdiag.rules.load import load_points, preemptions, pressure, usage_evidence
 from kvdiag.rules.queries import col_max, first_max
+from kvdiag.rules.vocabulary import vocabulary
 from kvdiag.rules.workload import fmt_request, fmt_tokens, lengths, pct, pool
 
 
@@ -83,7 +84,7 @@ class KvHeadroom(Rule):
             return f"{tag}up to {waited} requests waited"
         pre = preemptions(ctx, scope).count
         if pre:
-            return f"{tag}{pre} preemptions"
+            return tag + vocabulary(ctx, scope).count(pre)
         trouble = list(_trouble(ctx, scope))
         if trouble:
             return tag + ", ".join(trouble)
@@ -110,7 +111,8 @@ class KvHeadroom(Rule):
                 f"{fmt_tokens(demand.total)} of {fmt_tokens(demand.pool)} tokens"
             )
         title = (
-            f"{tag}KV usage peaked at {shown}; nothing waited, nothing was preempted, no OOM or "
+            f"{tag}KV usage peaked at {shown}; nothing waited, nothing was "
+            f"{vocabulary(ctx, scope).word('preempted')}, no OOM or "
             f"rejection; {growth_text}"
         )
         return title, evidence

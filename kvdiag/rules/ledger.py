@@ -88,12 +88,11 @@ def nominal_pool_gib(
     return total_gib * utilization - weights_gib - allowance_frac * total_gib
 
 
-def waterfall(ledger: Ledger) -> list[tuple[str, float]]:
-    """Card total down to the KV pool, one signed step per term (GiB)."""
+def waterfall(ledger: Ledger, fraction: str = "gpu_memory_utilization") -> list[tuple[str, float]]:
+    """Card total down to the KV pool, one signed step per term (GiB); `fraction` is the
+    engine's name for the utilization (SGLang: mem_fraction_static)."""
     steps: list[tuple[str, float]] = [("card total", ledger.total_gib)]
-    steps.append(
-        (f"kept outside gpu_memory_utilization {ledger.utilization:g}", -ledger.outside_budget_gib)
-    )
+    steps.append((f"kept outside {fraction} {ledger.utilization:g}", -ledger.outside_budget_gib))
     steps += [(TERM_LABELS[name], -gib) for name, gib in ledger.terms()]
     steps.append(("KV pool", ledger.pool_gib))
     if ledger.graphs_outside and ledger.cuda_graph_gib is not None:

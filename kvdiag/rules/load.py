@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from kvdiag.analyzer.facts.load import retraction_events
 from kvdiag.analyzer.model import Evidence
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.queries import counter, counter_increase, counter_total, gauge
@@ -142,9 +143,11 @@ def _event_preemptions(ctx: RuleContext, replica: str | None) -> Preemptions:
         count = int(top["cumulative"])
         top_ev = ctx.evidence(top, "total_num_cumulative_preemption", count)
         return Preemptions(count, (top_ev,), "v0 warnings")
-    # SGLang retractions state how many requests each event affected.
-    count = int(rows["count"].fill_null(1).sum())
-    ev = tuple(ctx.evidence(r, "retracted_requests", r["count"]) for r in rows.head(3).to_dicts())
+    # SGLang retractions state how many requests each event affected; every TP rank prints
+    # the same event, which counts once.
+    events = retraction_events(rows)
+    count = int(events["count"].fill_null(1).sum())
+    ev = tuple(ctx.evidence(r, "retracted_requests", r["count"]) for r in events.head(3).to_dicts())
     return Preemptions(count, ev, "retraction lines")
 
 

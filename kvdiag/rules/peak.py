@@ -8,6 +8,7 @@ from kvdiag.analyzer.model import Remedy
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.demand import slots
 from kvdiag.rules.ledger import MIB
+from kvdiag.rules.vocabulary import Vocabulary, vocabulary
 from kvdiag.rules.workload import Lengths, Pool, fmt_tokens
 
 
@@ -17,15 +18,17 @@ def saturation_remedies(
     pool: Pool | None,
     max_running: int,
     max_concurrent: int,
+    replica: str | None = None,
 ) -> list[Remedy]:
     """max_num_seqs that fits, replicas for the peak, fp8 KV, and a bigger pool, priced."""
     out: list[Remedy] = []
+    words = vocabulary(ctx, replica)
     if lens is not None and pool is not None:
-        out += _fit_remedies(lens, pool, max_running, max_concurrent)
-        out += _pool_remedies(ctx, lens, pool, max_concurrent)
+        out += _fit_remedies(words, lens, pool, max_running, max_concurrent)
+        out += _pool_remedies(ctx, words, lens, pool, max_concurrent)
     out.append(
         Remedy(
-            "cap max_model_len and max_tokens; route long and short traffic apart",
+            f"cap {words.name('max_model_len')} and max_tokens; route long and short traffic apart",
             "plan from the longest allowed request, not the average: one long request holds "
             "the blocks of many short ones",
         )
@@ -33,21 +36,23 @@ def saturation_remedies(
     return out
 
 
-def _fit_remedies(lens: Lengths, pool: Pool, max_running: int, max_concurrent: int) -> list[Remedy]:
+def _fit_remedies(
+    words: Vocabulary, lens: Lengths, pool: Pool, max_running: int, max_concurrent: int
+) -> list[Remedy]:
     per = lens.peak
     fit = max(1, pool.fit(per))
     blocks = (
         f" ({slots(per, pool.block_size) / pool.block_size:.0f} blocks of {pool.block_size})"
-        if pool.block_size
+        if pool.block_size and pool.block_size > 1
         else ""
     )
     grow = "max_tokens" if lens.max_tokens else "what they generated"
     out = [
         Remedy(
-            f"--max-num-seqs {fit}",
+            words.flag("max_num_seqs", fit),
             f"the pool holds {fmt_tokens(pool.usable)} usable tokens; a request grows to "
             f"{fmt_tokens(lens.prompt)} prompt + {fmt_tokens(per - lens.prompt)} ({grow}) = "
-            f"{fmt_tokens(per)} tokens{blocks}, so {fit} fit without preemption "
+            f"{fmt_tokens(per)} tokens{blocks}, so {fit} fit without {words.word('preemption')} "
             f"(up to {max_running} ran at once)",
         )
     ]
@@ -65,7 +70,7 @@ def _fit_remedies(lens: Lengths, pool: Pool, max_running: int, max_concurrent: i
 
 
 def _pool_remedies(
-    ctx: RuleContext, lens: Lengths, pool: Pool, max_concurrent: int
+    ctx: RuleContext, words: Vocabulary, lens: Lengths, pool: Pool, max_concurrent: int
 ) -> list[Remedy]:
     out: list[Remedy] = []
     dtype = str(ctx.fact_value("kv_cache_dtype") or "auto")
@@ -75,30 +80,41 @@ def _pool_remedies(
         which = "p95" if lens.p95_total else "mean"
         out.append(
             Remedy(
-                "--kv-cache-dtype fp8 (if the model tolerates it)",
+                words.phrase("fp8_kv"),
                 f"halves bytes per token: the same memory holds {fmt_tokens(2 * pool.tokens)} "
                 f"tokens instead of {fmt_tokens(pool.tokens)}, {then} requests at the {which} "
                 f"length ({fmt_tokens(per)} tokens) instead of {now}",
             )
         )
-    per_token = ctx.fact_value("kv_bytes_per_token")
-    explicit = ctx.config("kv_cache_memory_bytes")
-    if per_token and explicit is not None and max_concurrent:
-        need_tokens = max_concurrent * slots(lens.peak, pool.block_size) + (pool.block_size or 0)
-        need = need_tokens * float(per_token)
-        out.append(
-            Remedy(
-                f"--kv-cache-memory-bytes {math.ceil(need / MIB)}M",
-                f"the pool was set explicitly to {float(explicit['value']) / MIB:,.1f} MiB; "
-                f"{max_concurrent} requests x {fmt_tokens(lens.peak)} tokens at {per_token:,} "
-                f"bytes per token need {need / MIB:,.1f} MiB",
-            )
-        )
-    else:
-        out.append(
-            Remedy(
-                "grow the pool: raise --gpu-memory-utilization or --kv-cache-memory-bytes",
-                "only where the card has free memory the pool cannot reach (see layer 1)",
-            )
-        )
+    grow = Remedy(
+        words.phrase("grow_pool"),
+        "only where the card has free memory the pool cannot reach (see layer 1)",
+    )
+    out.append(_explicit_size(ctx, words, lens, pool, max_concurrent) or grow)
     return out
+
+
+def _explicit_size(
+    ctx: RuleContext, words: Vocabulary, lens: Lengths, pool: Pool, max_concurrent: int
+) -> Remedy | None:
+    """The explicit pool size the peak needs, in the unit the engine's flag takes."""
+    explicit = ctx.config(words.explicit_pool.key)
+    if explicit is None or not max_concurrent:
+        return None
+    need_tokens = max_concurrent * slots(lens.peak, pool.block_size) + (pool.block_size or 0)
+    peak = f"{max_concurrent} requests x {fmt_tokens(lens.peak)} tokens"
+    if words.explicit_pool.unit == "tokens":
+        return Remedy(
+            f"{words.explicit_pool.flag} {math.ceil(need_tokens)}",
+            f"the pool was set explicitly to {fmt_tokens(float(explicit['value']))} tokens; "
+            f"{peak} need {fmt_tokens(need_tokens)}",
+        )
+    per_token = ctx.fact_value("kv_bytes_per_token")
+    if not per_token:
+        return None
+    need = need_tokens * float(per_token)
+    return Remedy(
+        f"{words.explicit_pool.flag} {math.ceil(need / MIB)}M",
+        f"the pool was set explicitly to {float(explicit['value']) / MIB:,.1f} MiB; "
+        f"{peak} at {per_token:,} bytes per token need {need / MIB:,.1f} MiB",
+    )

@@ -128,22 +128,30 @@ def _quantile(bounds: list[float], cumulative: list[float], q: float) -> float |
 
 
 def prefix_hit_rate(ctx: RuleContext, replica: str | None = None) -> float | None:
-    """Prefix-cache hits / queries over the window (tokens), else the stats lines' last rate."""
+    """Prefix-cache hits / queries over the window (tokens): the counters, else SGLang's
+    prefill lines (cached / cached + new prompt tokens); else the last rate a gauge or a stats
+    line printed."""
     queries = counter_total(ctx, "prefix_cache_queries", replica)
     hits = counter_total(ctx, "prefix_cache_hits", replica)
     if queries:
         return (hits or 0.0) / queries
-    rate = gauge(ctx, "prefix_cache_hit_rate")  # v0's own gauge (0.5.5-0.9.0)
+    and_replica, params = (" AND replica = ?", [replica]) if replica is not None else ("", [])
+    cached = ctx.sql(
+        "SELECT CAST(sum(cached_tokens) AS DOUBLE) AS c, CAST(sum(new_tokens) AS DOUBLE) AS n "
+        "FROM log_stats "
+        f"WHERE cached_tokens IS NOT NULL AND new_tokens IS NOT NULL{and_replica}",
+        params,
+    ).row(0, named=True)
+    hit, new = float(cached["c"] or 0), float(cached["n"] or 0)
+    if hit + new:
+        return hit / (hit + new)
+    rate = gauge(ctx, "prefix_cache_hit_rate")  # v0's own gauge (0.5.5-0.9.0), SGLang's
     if replica is not None and rate.height:
         rate = rate.filter(pl.col("replica") == replica)
     if rate.height:
         return float(rate["value"][-1])
-    where, params = "prefix_hit_pct IS NOT NULL", []
-    if replica is not None:
-        where += " AND replica = ?"
-        params.append(replica)
     frame = ctx.sql(
-        f"SELECT prefix_hit_pct FROM log_stats WHERE {where} "
+        f"SELECT prefix_hit_pct FROM log_stats WHERE prefix_hit_pct IS NOT NULL{and_replica} "
         "ORDER BY ts DESC NULLS LAST, source_line DESC LIMIT 1",
         params,
     )

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvdiag.analyzer.facts.engine import engine_of_replica
 from kvdiag.analyzer.model import SourceRef
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.demand import slots
 from kvdiag.rules.queries import histogram_mean
+
+# SGLang's allocator hands out slots 1..max_total_num_tokens: its padding slot 0 comes on top
+# of the stated pool (the buffers hold size + page_size), so every stated token is usable.
+_WHOLE_POOL_ENGINES = frozenset({"sglang"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,11 +109,12 @@ class Pool:
     tokens: int
     block_size: int | None
     source: SourceRef | None
+    null_block: bool = True  # the engine keeps one block of the stated pool out of use
 
     @property
     def usable(self) -> int:
         """Tokens requests can use: vLLM v1 keeps one null block out of the pool."""
-        if self.block_size and self.tokens > self.block_size:
+        if self.null_block and self.block_size and self.tokens > self.block_size:
             return self.tokens - self.block_size
         return self.tokens
 
@@ -127,7 +133,8 @@ def pool(ctx: RuleContext, replica: str | None = None) -> Pool | None:
         return None
     block = ctx.fact("block_size", replica)
     size = int(block.value) if block is not None and isinstance(block.value, int | float) else None
-    return Pool(int(fact.value), size, fact.source)
+    engine = engine_of_replica(ctx.store, ctx.facts, replica or "default")
+    return Pool(int(fact.value), size, fact.source, engine not in _WHOLE_POOL_ENGINES)
 
 
 def fmt_tokens(n: float) -> str:

@@ -29,6 +29,9 @@ class Alias:
     name: str
     engine: str | None = None
     invert: bool = False
+    # A number standing for a switch: this value means off, any other on (SGLang's
+    # chunked_prefill_size -1 is vLLM's enable_chunked_prefill False).
+    off: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,9 +130,15 @@ def _holds(cond: Mapping[str, Any], ctx: EngineContext) -> bool:
 
 
 def default_value(key: str, ctx: EngineContext) -> Effective | None:
-    """The engine's default for `key` in this context, or None when kvdiag does not know it."""
+    """The engine's default for `key` in this context, or None when kvdiag does not know it.
+
+    Defaults are listed under the engine's own name for the setting (SGLang's
+    mem_fraction_static is its gpu_memory_utilization), found through the aliases.
+    """
+    aliases = defaults_table().aliases.get(key, ())
+    names = {key} | {a.name for a in aliases if a.engine == ctx.engine}
     for d in defaults_table().defaults:
-        if d.engine == ctx.engine and d.key == key and _holds(d.conditions, ctx):
+        if d.engine == ctx.engine and d.key in names and _holds(d.conditions, ctx):
             label = _ENGINE_NAMES.get(ctx.engine, ctx.engine)
             where = f" {ctx.version}" if ctx.version else ""
             return Effective(key, d.value, f"default for {label}{where}", None, d.doc)
@@ -149,6 +158,8 @@ def _candidates(key: str, rows: Iterable[Mapping[str, Any]]) -> list[tuple[Mappi
             continue
         if alias.invert:
             value = {"True": "False", "False": "True"}.get(value, value)
+        if alias.off is not None:
+            value = str(value != alias.off)
         out.append((row, value))
     return out
 

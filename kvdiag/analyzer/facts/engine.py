@@ -1,18 +1,65 @@
-"""Engine identity facts: which engine, and which device its KV pool lives on."""
+"""Engine identity facts: which engine, and which device its KV pool lives on.
+
+A folder may hold more than one engine (vLLM and SGLang run on the same hardware to compare
+their pools): the `engine` fact is then one fact per engine, scoped by engine and citing the
+first input that shows it, and the facts that differ per engine carry the same scope.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from kvdiag.analyzer.facts.base import Facts, ref
-from kvdiag.analyzer.model import Fact
+from kvdiag.analyzer.model import Fact, SourceRef
 from kvdiag.analyzer.store import StoreReader
+
+# The engine that wrote a log row: the kind of the input its file was read as.
+ENGINE_OF_INPUT = "nullif(regexp_extract(kind, '^(vllm|sglang)_log$', 1), '')"
+_ENGINE_QUERIES = (
+    # (engine, first file) from each kind of input: server logs, metric names, launch records
+    f"SELECT {ENGINE_OF_INPUT} AS e, min(path) AS p FROM inputs WHERE status = 'used' GROUP BY e",
+    "SELECT nullif(regexp_extract(name, '^(?:ray_)?(vllm|sglang):', 1), '') AS e, "
+    "min(source_path) AS p FROM metric_samples GROUP BY e",
+    "SELECT engine AS e, min(source_path) AS p FROM config GROUP BY e",
+)
+
+
+def engines(reader: StoreReader) -> dict[str, SourceRef]:
+    """Every engine the inputs show, with the first file that shows it (logs first)."""
+    found: dict[str, SourceRef] = {}
+    for query in _ENGINE_QUERIES:
+        for engine, path in sorted(reader.sql(query).iter_rows(), key=lambda r: str(r[1])):
+            if engine and engine not in found:
+                found[str(engine)] = SourceRef(str(path))
+    return found
 
 
 def engine_facts(reader: StoreReader, facts: Facts) -> None:
-    kinds = reader.sql("SELECT DISTINCT kind FROM inputs WHERE status = 'used'")["kind"].to_list()
-    if any(k.startswith("vllm") for k in kinds) or reader.scalar(
-        "SELECT count(*) FROM metric_samples WHERE name LIKE 'vllm:%'"
-    ):
-        facts["engine"] = Fact("vllm", None, None)
+    found = engines(reader)
+    if len(found) == 1:
+        facts["engine"] = Fact(next(iter(found)), None, None)
+    elif found:
+        facts["engine"] = tuple(
+            Fact(name, None, source, None, (("engine", name),))
+            for name, source in sorted(found.items())
+        )
+
+
+def engine_of_replica(
+    reader: StoreReader, facts: Mapping[str, Fact | tuple[Fact, ...]], replica: str
+) -> str | None:
+    """The engine one replica ran: the folder's only engine, else its own logs' engine
+    (None when the replica's logs are of two engines, or it has none)."""
+    fact = facts.get("engine")
+    if isinstance(fact, Fact):
+        return str(fact.value)
+    tables = ("log_kv_pool", "log_stats", "log_engine", "log_memory", "log_preemptions")
+    paths = " UNION ".join(f"SELECT source_path FROM {t} WHERE replica = ?" for t in tables)
+    found = reader.sql(
+        f"SELECT DISTINCT {ENGINE_OF_INPUT} AS e FROM inputs WHERE path IN ({paths})",
+        [replica] * len(tables),
+    )["e"].drop_nulls()
+    return str(found[0]) if found.len() == 1 else None
 
 
 _DEVICE_SOURCES = (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import polars as pl
+
 from kvdiag.analyzer.facts.base import Facts, ref
 from kvdiag.analyzer.model import Fact
 from kvdiag.analyzer.store import StoreReader
@@ -38,8 +40,34 @@ def load_facts(reader: StoreReader, facts: Facts) -> None:
             facts[name] = Fact(round(value, 4) if unit == "ratio" else int(value), unit, ref(r))
 
 
+# A retraction is printed by every TP rank of the scheduler group that made it: one event is
+# one (time, count, ratios) per replica and DP rank. Lines without a time count one each.
+_RETRACTION_EVENT = (
+    "replica",
+    "dp_rank",
+    "source_path",
+    "_when",
+    "count",
+    "ratio_before",
+    "ratio_after",
+)
+
+
+def retraction_events(rows: pl.DataFrame) -> pl.DataFrame:
+    """log_preemptions rows with SGLang's retraction lines one per event (others untouched)."""
+    line = pl.col("source_line").cast(pl.String)
+    sglang = pl.col("event") == "sglang_retract"
+    when = pl.when(sglang).then(pl.coalesce("ts_raw", line)).otherwise(line)
+    return (
+        rows.with_columns(when.alias("_when"))
+        .unique(subset=list(_RETRACTION_EVENT), keep="first", maintain_order=True)
+        .drop("_when")
+    )
+
+
 def preemption_facts(reader: StoreReader, facts: Facts) -> None:
-    """Preemptions during the window: the counter's increase, else the stats lines' sum."""
+    """Preemptions during the window: the counter's increase, else the stats lines' sum,
+    else SGLang's retraction lines (each event once, however many ranks printed it)."""
     series = reader.sql(
         "SELECT * FROM metric_samples WHERE metric = 'num_preemptions' AND suffix = 'total' "
         "ORDER BY replica, engine, ts NULLS FIRST, source_path, source_line"
@@ -47,9 +75,8 @@ def preemption_facts(reader: StoreReader, facts: Facts) -> None:
     if series.height:
         total = counter_increase(series)
         last = series.row(series.height - 1, named=True)
-        facts["preemptions"] = Fact(
-            int(total), "preemptions", ref(last), "increase of vllm:num_preemptions_total"
-        )
+        note = f"increase of {last['name']}"
+        facts["preemptions"] = Fact(int(total), "preemptions", ref(last), note)
         return
     rows = reader.sql(
         "SELECT * FROM log_stats WHERE preemptions IS NOT NULL ORDER BY source_path, source_line"
@@ -59,3 +86,24 @@ def preemption_facts(reader: StoreReader, facts: Facts) -> None:
         facts["preemptions"] = Fact(
             int(rows["preemptions"].sum()), "preemptions", ref(last), "sum of stats lines"
         )
+        return
+    retractions = _retractions(reader)
+    if retractions is not None:
+        facts["preemptions"] = retractions
+
+
+def _retractions(reader: StoreReader) -> Fact | None:
+    """SGLang's retraction lines as one preemption count (its own events, once each)."""
+    retracted = reader.sql(
+        "SELECT * FROM log_preemptions WHERE event = 'sglang_retract' "
+        "ORDER BY source_path, source_line"
+    )
+    if retracted.is_empty():
+        return None
+    events = retraction_events(retracted)
+    last = events.row(events.height - 1, named=True)
+    many = "event" if events.height == 1 else "events"
+    note = f"retractions (SGLang's preemptions) in {events.height} {many}"
+    if events.height < retracted.height:
+        note += f", printed {retracted.height} times across TP ranks"
+    return Fact(int(events["count"].fill_null(1).sum()), "preemptions", ref(last), note)

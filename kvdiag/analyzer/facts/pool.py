@@ -1,54 +1,86 @@
 """Pool facts: pool tokens and max_model_len from the log's pool line, bytes per token.
 
-The configuration facts (blocks, bytes, block size, dtype ...) are in settings.py.
+The pool is per replica and, when a folder holds two engines, per engine (their pools side
+by side). SGLang's pool is max_total_num_tokens per TP rank, from its start-up lines or, when
+no log was kept, from its /metrics gauge. The configuration facts (blocks, bytes, block size,
+dtype ...) are in settings.py.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
-from kvdiag.analyzer.facts.base import Facts, first_per_replica, ref, scoped
+from kvdiag.analyzer.facts.base import Facts, first_per_replica, ref, scoped, scoped_by
+from kvdiag.analyzer.facts.engine import ENGINE_OF_INPUT
 from kvdiag.analyzer.model import Fact
 from kvdiag.analyzer.store import StoreReader
 
+# Pool lines with the engine that printed them, smallest first within (replica, engine).
+_POOL_LINES = (
+    f"SELECT p.*, coalesce(i.e, '') AS _engine FROM log_kv_pool p LEFT JOIN "
+    f"(SELECT path, {ENGINE_OF_INPUT} AS e FROM inputs) i ON i.path = p.source_path "
+    "WHERE p.{col} IS NOT NULL ORDER BY p.replica, _engine, {order}, p.source_path, p.source_line"
+)
+
+
+def _per_scope(rows: pl.DataFrame) -> list[tuple[dict[str, str], dict[str, Any], int]]:
+    """(scope, first row, most lines one pool message has) per replica and engine: a message
+    printed more than once was printed per rank (SGLang also states its pool twice)."""
+    out = []
+    for (replica, engine), part in rows.group_by("replica", "_engine", maintain_order=True):
+        scope = {"replica": str(replica), "engine": str(engine)}
+        repeats = max(part["event"].value_counts()["count"].to_list(), default=0)
+        out.append((scope, part.row(0, named=True), repeats))
+    return out
+
+
+def _keep(facts: Facts) -> tuple[str, ...]:
+    """Scope keys to keep: the engine, when the folder holds more than one."""
+    return ("engine",) if isinstance(facts.get("engine"), tuple) else ()
+
 
 def pool_facts(reader: StoreReader, facts: Facts) -> None:
-    """Pool size in tokens: the log's pool line (minimum over ranks), else cache_config_info."""
-    rows = reader.sql(
-        "SELECT * FROM log_kv_pool WHERE tokens IS NOT NULL "
-        "ORDER BY replica, tokens, source_path, source_line"
-    )
-    per_replica = []
-    for r in first_per_replica(rows):
-        note = (
-            "smallest of the ranks' pool lines"
-            if rows.filter(pl.col("replica") == r["replica"]).height > 1
-            else None
-        )
-        per_replica.append((r["replica"], Fact(int(r["tokens"]), "tokens", ref(r), note)))
-    if not per_replica:
-        cfg = first_per_replica(
-            reader.sql(
-                "SELECT * FROM config WHERE key = 'kv_cache_size_tokens' "
-                "AND value NOT IN ('None', '') "
-                "ORDER BY replica, source_path, source_line"
-            )
-        )
-        per_replica = [(r["replica"], Fact(int(r["value"]), "tokens", ref(r))) for r in cfg]
-    if not per_replica:
-        per_replica = _tokens_from_blocks(facts)
-    if per_replica:
-        facts["pool_tokens"] = scoped(per_replica)
-    mml = first_per_replica(
-        reader.sql(
-            "SELECT * FROM log_kv_pool WHERE max_model_len IS NOT NULL "
-            "ORDER BY replica, source_path, source_line"
-        )
-    )
+    """Pool size in tokens: the log's pool line (minimum over ranks), else the metrics."""
+    found = []
+    for scope, row, repeats in _per_scope(
+        reader.sql(_POOL_LINES.format(col="tokens", order="p.tokens"))
+    ):
+        note = "smallest of the ranks' pool lines" if repeats > 1 else None
+        found.append((scope, Fact(int(row["tokens"]), "tokens", ref(row), note)))
+    if found:
+        facts["pool_tokens"] = scoped_by(found, _keep(facts))
+    else:
+        per_replica = _tokens_from_metrics(reader) or _tokens_from_blocks(facts)
+        if per_replica:
+            facts["pool_tokens"] = scoped(per_replica)
+    mml = _per_scope(reader.sql(_POOL_LINES.format(col="max_model_len", order="p.source_path")))
     if mml:
-        facts["max_model_len"] = scoped(
-            [(r["replica"], Fact(int(r["max_model_len"]), "tokens", ref(r))) for r in mml]
+        facts["max_model_len"] = scoped_by(
+            [(scope, Fact(int(r["max_model_len"]), "tokens", ref(r))) for scope, r, _ in mml],
+            _keep(facts),
         )
+
+
+def _tokens_from_metrics(reader: StoreReader) -> list[tuple[str, Fact]]:
+    """vLLM 0.33's cache_config_info kv_cache_size_tokens, else SGLang's pool gauge."""
+    cfg = first_per_replica(
+        reader.sql(
+            "SELECT * FROM config WHERE key = 'kv_cache_size_tokens' "
+            "AND value NOT IN ('None', '') ORDER BY replica, source_path, source_line"
+        )
+    )
+    if cfg:
+        return [(r["replica"], Fact(int(r["value"]), "tokens", ref(r))) for r in cfg]
+    gauge = first_per_replica(
+        reader.sql(
+            "SELECT * FROM metric_samples WHERE metric = 'kv_pool_tokens' AND suffix = '' "
+            "ORDER BY replica, value, source_path, source_line"
+        )
+    )
+    note = "SGLang's max_total_num_tokens gauge (smallest rank)"
+    return [(r["replica"], Fact(int(r["value"]), "tokens", ref(r), note)) for r in gauge]
 
 
 def _tokens_from_blocks(facts: Facts) -> list[tuple[str, Fact]]:
@@ -72,3 +104,21 @@ def bytes_per_token(reader: StoreReader, facts: Facts) -> None:
         facts["kv_bytes_per_token"] = Fact(
             per_token, "bytes", pool_bytes.source, "pool bytes / pool tokens"
         )
+        return
+    # SGLang's pool line states both halves of the quotient on one line.
+    lines = _per_scope(
+        reader.sql(_POOL_LINES.format(col="gib", order="p.tokens IS NULL, p.gib")).filter(
+            pl.col("tokens").is_not_null() & (pl.col("tokens") > 0)
+        )
+    )
+    if lines:
+        facts["kv_bytes_per_token"] = scoped_by(
+            [
+                (scope, Fact(int(r["gib"] * 2**30) // int(r["tokens"]), "bytes", ref(r), _NOTE))
+                for scope, r, _ in lines
+            ],
+            _keep(facts),
+        )
+
+
+_NOTE = "pool GiB / pool tokens of one pool line (GiB printed to 0.01)"

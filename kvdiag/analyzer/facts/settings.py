@@ -14,6 +14,7 @@ from typing import Any
 
 from kvdiag.analyzer.facts.base import Facts, ref, scoped
 from kvdiag.analyzer.facts.effective import Effective, EngineContext, effective_value
+from kvdiag.analyzer.facts.engine import engine_of_replica
 from kvdiag.analyzer.model import Fact
 from kvdiag.analyzer.store import StoreReader
 
@@ -49,11 +50,22 @@ _LOG_ENGINE_KEYS = {
     "dtype": "dtype",
 }
 _WORKER_TP = re.compile(r"Worker_TP(\d+)")
+# Settings SGLang exposes as gauges (the first metrics PR): canonical metric -> its flag's key
+_METRIC_SETTINGS = {"max_running_requests": "max_running_requests", "context_len": "context_length"}
 
 
 def config_rows(reader: StoreReader) -> list[dict[str, Any]]:
-    """Config rows plus the engine config line's values as rows of origin "log"."""
+    """Config rows, the engine config line's values and SGLang's setting gauges as rows."""
     rows = reader.sql("SELECT * FROM config ORDER BY source_path, source_line").to_dicts()
+    gauges = reader.sql(
+        "SELECT *, CAST(CAST(value AS BIGINT) AS VARCHAR) AS _v FROM metric_samples "
+        f"WHERE metric IN ({', '.join('?' for _ in _METRIC_SETTINGS)}) AND suffix = '' "
+        "ORDER BY source_path, source_line",
+        list(_METRIC_SETTINGS),
+    )
+    for r in gauges.to_dicts():
+        key = _METRIC_SETTINGS[r["metric"]]
+        rows.append({**r, "key": key, "value": r["_v"], "origin": "metrics", "engine": "sglang"})
     engine_rows = reader.sql("SELECT * FROM log_engine ORDER BY source_path, source_line")
     for r in engine_rows.to_dicts():
         for column, key in _LOG_ENGINE_KEYS.items():
@@ -86,7 +98,9 @@ def setting(
     return shared if shared is not None and not shared.is_default else own or shared
 
 
-def engine_context(reader: StoreReader, rows: list[dict[str, Any]], replica: str) -> EngineContext:
+def engine_context(
+    reader: StoreReader, rows: list[dict[str, Any]], replica: str, facts: Facts
+) -> EngineContext:
     """Engine, version, device, GPU memory and TP: what defaults depend on."""
     bare = EngineContext()
 
@@ -94,7 +108,12 @@ def engine_context(reader: StoreReader, rows: list[dict[str, Any]], replica: str
         found = setting(key, rows, replica, bare)
         return found.value if found is not None and not found.is_default else None
 
-    engine = next((str(r["engine"]) for r in rows if r.get("engine")), "vllm")
+    own = (str(r["engine"]) for r in for_replica(rows, replica) if r.get("engine"))
+    engine = next(own, None) or engine_of_replica(reader, facts, replica)
+    if engine is None and isinstance(facts.get("engine"), tuple):
+        engine = ""  # two engines and no telling which: no engine's defaults apply
+    elif engine is None:
+        engine = next((str(r["engine"]) for r in rows if r.get("engine")), "vllm")
     gpu = reader.sql(
         "SELECT max(memory_total_mib) AS mib, min(name) AS name FROM gpu_snapshots "
         "WHERE replica = ? OR ? = 'default'",
@@ -129,7 +148,7 @@ def setting_facts(reader: StoreReader, facts: Facts) -> None:
     rows = config_rows(reader)
     per_key: dict[str, list[tuple[str, Fact]]] = {}
     for replica in replicas(rows, reader):
-        ctx = engine_context(reader, rows, replica)
+        ctx = engine_context(reader, rows, replica, facts)
         for name, key, unit, convert in SETTING_FACTS:
             found = setting(key, rows, replica, ctx)
             if name == "tensor_parallel_size" and (found is None or found.is_default):

@@ -11,10 +11,12 @@ from kvdiag.analyzer.ingest.nvidia_smi import NvidiaSmiIngester
 from kvdiag.analyzer.ingest.prom_api import PromApiIngester
 from kvdiag.analyzer.ingest.prom_text import PromTextIngester
 from kvdiag.analyzer.ingest.scrape_log import ScrapeLogIngester
+from kvdiag.analyzer.ingest.sglang_log import SglangLogIngester
 from kvdiag.analyzer.ingest.vllm_log import VllmLogIngester
 
 INGESTERS: tuple[type[Ingester], ...] = (
     VllmLogIngester,
+    SglangLogIngester,
     PromTextIngester,
     NvidiaSmiIngester,
     ModelConfigIngester,

@@ -52,6 +52,10 @@ def convert(name: str, ftype: str) -> pl.Expr:
         return col.str.replace_all(",", "").cast(pl.Int64, strict=False).alias(name)
     if ftype == "float":
         return col.str.replace_all(",", "").cast(pl.Float64, strict=False).alias(name)
+    if ftype == "ratio_pct":
+        # Printed ratios have at most four decimals; rounding drops float noise (0.94 x 100).
+        ratio = col.str.replace_all(",", "").cast(pl.Float64, strict=False)
+        return (ratio * 100).round(6).alias(name)
     if ftype == "bytes":
         return _size(col, 0).round(0).cast(pl.Int64).alias(name)
     if ftype == "gib":

@@ -31,12 +31,14 @@ from kvdiag.analyzer.schema import TABLES_BY_NAME
 
 # int/float: digits with optional thousands separators; bytes: a size with its unit
 # ("1.63 GiB", "0 bytes") as bytes; gib: a size as GiB; count: items of a printed list;
-# lower: a word, lower-cased; proclist: 'Process N has X memory in use.' clauses as JSON;
+# lower: a word, lower-cased; ratio_pct: a ratio (SGLang's "token usage: 0.94") stored as a
+# percentage (94.0); proclist: 'Process N has X memory in use.' clauses as JSON;
 # pydict: a Python dict literal (kept as JSON), argv: a shell command line; the entries
 # of these two can become config rows (`config_dict`).
 FIELD_TYPES = (
     "int",
     "float",
+    "ratio_pct",
     "str",
     "lower",
     "bytes",

@@ -74,6 +74,14 @@ PLAN: tuple[Want, ...] = (
     Want("request_generation_tokens", ("sum", "count"), How.LAST, True, "mean output length"),
     Want("request_params_max_tokens", ("sum", "count"), How.LAST, True, "mean max_tokens"),
     Want("cache_config_info", ("",), How.LABELS, True, "pool blocks, block size, dtype"),
+    # SGLang states its pool and caps as gauges where vLLM has cache_config_info labels.
+    Want("kv_pool_tokens", ("",), How.LABELS, True, "SGLang pool tokens: every layer"),
+    Want("max_running_requests", ("",), How.LABELS, True, "SGLang request cap: KV302"),
+    Want("context_len", ("",), How.LABELS, True, "SGLang context length: KV101"),
+    *(
+        Want(m, ("",), How.PEAK, False, "SGLang radix-cache tokens: layer 2")
+        for m in ("kv_used_tokens", "kv_available_tokens", "kv_evictable_tokens")
+    ),
     *(
         Want(m, ("",), How.LABELS, True, "GPU memory: layer 1")
         for m in ("gpu_fb_total", "gpu_fb_used", "gpu_fb_free", "gpu_fb_reserved")

@@ -40,6 +40,23 @@ LOG_TABLES: tuple[Table, ...] = (
             ("max_model_len", "BIGINT", "max_model_len the concurrency refers to"),
             ("concurrency", "DOUBLE", "maximum concurrency at max_model_len"),
             ("engine_idx", "INTEGER", "the `Engine 000:` index, where printed"),
+            # SGLang: the pool line's K and V halves, the start-up summary and its caps
+            ("k_gib", "DOUBLE", "SGLang K buffer of the pool, GiB (gib is K + V)"),
+            ("v_gib", "DOUBLE", "SGLang V buffer of the pool, GiB"),
+            ("kv_dtype", "VARCHAR", "KV cache dtype as the pool line prints it (SGLang 0.5.23+)"),
+            ("max_running_requests", "BIGINT", "SGLang max_running_requests in effect"),
+            (
+                "requested_running",
+                "BIGINT",
+                "max_running_requests asked for, before SGLang reduced it to fit the pool",
+            ),
+            ("max_prefill_tokens", "BIGINT", "SGLang max_prefill_tokens in effect"),
+            ("chunked_prefill_size", "BIGINT", "SGLang chunked_prefill_size in effect"),
+            (
+                "available_gib",
+                "DOUBLE",
+                "device memory left after start-up, GiB (SGLang available_gpu_mem)",
+            ),
         ),
     ),
     Table(
@@ -70,6 +87,14 @@ LOG_TABLES: tuple[Table, ...] = (
             ("spec_accept_pct", "DOUBLE", "speculative decoding: draft acceptance rate, percent"),
             ("spec_accepted_tokens", "BIGINT", "speculative decoding: tokens accepted"),
             ("spec_drafted_tokens", "BIGINT", "speculative decoding: tokens drafted"),
+            # SGLang batch lines: what a prefill admitted, hybrid pools, the graph flag
+            ("new_seqs", "BIGINT", "sequences admitted by this prefill batch (SGLang #new-seq)"),
+            ("swa_tokens", "BIGINT", "tokens in the sliding-window pool (SGLang #swa token)"),
+            ("swa_usage_pct", "DOUBLE", "sliding-window pool usage, percent (SGLang hybrid)"),
+            ("mamba_usage_pct", "DOUBLE", "mamba state pool usage, percent (SGLang hybrid)"),
+            ("pending_tokens", "BIGINT", "prompt tokens still to prefill (SGLang #pending-token)"),
+            ("retracted_reqs", "BIGINT", "retracted requests waiting to resume (SGLang PD decode)"),
+            ("cuda_graph", "VARCHAR", "whether the batch ran as a CUDA graph (SGLang), as printed"),
         ),
     ),
     Table(
@@ -93,6 +118,14 @@ LOG_TABLES: tuple[Table, ...] = (
             ("quantization", "VARCHAR", "quantization method"),
             ("args", "VARCHAR", "non-default args as JSON, or the launch command as printed"),
             ("max_num_batched_tokens", "BIGINT", "scheduler token budget (chunked prefill line)"),
+            # SGLang's server_args dump: the settings vLLM names differently or lacks
+            ("mem_fraction_static", "DOUBLE", "SGLang --mem-fraction-static (weights + KV pool)"),
+            ("page_size", "INTEGER", "SGLang --page-size (tokens per KV page)"),
+            ("chunked_prefill_size", "BIGINT", "SGLang --chunked-prefill-size (-1: off)"),
+            ("max_running_requests", "BIGINT", "SGLang --max-running-requests"),
+            ("max_total_tokens", "BIGINT", "SGLang --max-total-tokens (an explicit pool size)"),
+            ("max_prefill_tokens", "BIGINT", "SGLang --max-prefill-tokens"),
+            ("disable_radix_cache", "VARCHAR", "SGLang --disable-radix-cache, as printed"),
         ),
     ),
     Table(
@@ -135,6 +168,7 @@ LOG_TABLES: tuple[Table, ...] = (
             ("count", "BIGINT", "requests affected by this event (SGLang #retracted_reqs)"),
             ("ratio_before", "DOUBLE", "SGLang new_token_ratio before"),
             ("ratio_after", "DOUBLE", "SGLang new_token_ratio after"),
+            ("tokens_gained", "BIGINT", "tokens a retraction freed (SGLang #new_tokens_gained)"),
         ),
     ),
     Table(
@@ -157,6 +191,12 @@ LOG_TABLES: tuple[Table, ...] = (
             ("utilization", "DOUBLE", "requested gpu_memory_utilization"),
             ("requested_gib", "DOUBLE", "requested memory, GiB"),
             ("message", "VARCHAR", "the error text"),
+            # SGLang's allocation failures state what was asked and what was left
+            ("requested_tokens", "BIGINT", "KV token slots the failed allocation asked for"),
+            ("available_tokens", "BIGINT", "free KV token slots at the failure"),
+            ("evictable_tokens", "BIGINT", "radix-cache tokens that could have been evicted"),
+            ("available_slots", "BIGINT", "free request slots (SGLang req_to_token_pool)"),
+            ("requested_slots", "BIGINT", "request slots the failed allocation asked for"),
         ),
     ),
     Table(
