@@ -13,7 +13,6 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from hypothesis import reject
 from hypothesis import strategies as st
 
 from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
@@ -155,36 +154,8 @@ def expected_lines(data: bytes) -> int | None:
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
-# Ingesters that read a whole file through rows.read_text, not through ingest/lines.py.
-_READ_WHOLE = ("model_config", "prom_api", "launch_flags")
-
-
-# The zlib headers polars' CSV reader takes for compressed data ("x^" is one of them).
-_ZLIB_HEADERS = (b"x\x01", b"x^", b"x\x9c", b"x\xda")
-
-
-def lines_py_known_failure(kind: str, data: bytes) -> bool:
-    """Known failures of ingest/lines.py, a file this work may not edit (tests/test_hostile.py
-    KNOWN_FAILURES names their corpus entries): UTF-16 (by its BOM) that does not decode
-    strictly (an odd byte count, a lone surrogate) raises; a file starting with a zlib header
-    is taken for zlib data by polars. Left out here so the properties find everything else."""
-    if kind in _READ_WHOLE:
-        return False
-    if data.startswith(_ZLIB_HEADERS):
-        return True
-    if not data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return False
-    try:
-        codecs.decode(data, "utf-16")
-    except UnicodeDecodeError:
-        return True
-    return False
-
-
 def check_ingest(kind: str, name: str, data: bytes) -> tuple[Account, list[InputProblem]]:
     """Ingest `data` saved as `name` with the `kind` ingester and check the contract."""
-    if lines_py_known_failure(kind, data):
-        reject()
     path = SCRATCH / name
     path.write_bytes(data)
     unit = InputUnit(kind, name, (path,), (name,), len(data), "default")

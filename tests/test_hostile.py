@@ -25,18 +25,7 @@ ENTRIES = sorted(p.name for p in CORPUS.iterdir())
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz")
 # Entries that still break something, with the reason; strict, so a fix must remove them.
-KNOWN_FAILURES: dict[str, str] = {
-    "utf16-le-bom-truncated-mid-character.log": (
-        "ingest/lines.py decodes UTF-16 strictly: an odd trailing byte (or a lone surrogate) "
-        "raises, the reader fails and the whole log is set aside; lines.py is being rewritten "
-        "in the perf work, which this work may not edit"
-    ),
-    "log-starting-with-zlib-magic-x-caret.log": (
-        "ingest/lines.py hands the bytes to polars' CSV reader, which takes a file starting "
-        "'x^' (0x78 0x5e, a zlib header) for zlib data: 'corrupt deflate stream', the reader "
-        "fails and the whole log is set aside (lines.py: the perf work's file)"
-    ),
-}
+KNOWN_FAILURES: dict[str, str] = {}  # corpus entries kvdiag is known to fail, with why
 # What the pipeline says when a reader raised: a crash it caught, never an accepted outcome.
 READER_FAILED = "reader failed"
 

@@ -14,7 +14,7 @@ import pytest
 from kvdiag.analyzer.discover import discover
 from kvdiag.analyzer.ingest.prom_text import PromTextIngester
 from kvdiag.analyzer.ingest.scrape_time import scrape_time_from_name
-from tests.conftest import REALDATA, shared
+from tests.conftest import FIXTURES, REALDATA, shared
 from tests.metric_support import ingest, write
 
 HEAD = "# HELP vllm:num_requests_running Running.\n# TYPE vllm:num_requests_running gauge\n"
@@ -310,3 +310,26 @@ def test_every_real_run_parses_every_line(folder: Path) -> None:
     log = got.account_of("scrape_log")
     assert log.lines_unmatched == 0
     assert log.records == len((folder / "scrapes.jsonl").read_text().splitlines())
+
+
+def test_a_scrape_series_is_recognised_from_one_member_and_strays_still_sniffed(
+    tmp_path: Path,
+) -> None:
+    """Discovery sniffs one member of `metrics/<ts>.prom` in full; a member that does not
+    start like it (an error page saved by the scraper, an empty file) is sniffed alone."""
+    real = sorted((FIXTURES / "vllm-b-saturation" / "incident" / "metrics").glob("*.prom"))[:3]
+    for src in real:
+        (tmp_path / "metrics").mkdir(exist_ok=True)
+        (tmp_path / "metrics" / src.name).write_bytes(src.read_bytes())
+    write(tmp_path, "metrics/1795959290.911.prom", "<html><body>502 Bad Gateway</body></html>\n")
+    write(tmp_path, "metrics/1795959291.911.prom", "")
+    found = discover(tmp_path)
+    (unit,) = found.units
+    assert unit.kind == "prom_text"
+    assert unit.rels == tuple(f"metrics/{p.name}" for p in real)
+    aside = {r.path: r.status for r in found.set_aside}
+    assert aside == {
+        "metrics/1795959290.911.prom": "unrecognised",
+        "metrics/1795959291.911.prom": "skipped",
+    }
+    assert found.anchor == scrape_time_from_name(real[0].name)

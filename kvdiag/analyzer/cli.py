@@ -61,11 +61,16 @@ def _thresholds(values: tuple[str, ...]) -> dict[str, float]:
 def _progress_printer(enabled: bool):  # type: ignore[no-untyped-def]
     if not enabled:
         return None
+    started: dict[int, float] = {}
 
-    def show(i: int, n: int, unit: InputUnit, done: int) -> None:
-        files = f" ({len(unit.files)} files)" if len(unit.files) > 1 else ""
+    def show(i: int, n: int, unit: InputUnit, done: int, lines: int) -> None:
+        start = started.setdefault(i, time.perf_counter())
+        rate = lines / max(time.perf_counter() - start, 1e-3)
+        files = f" ({len(unit.files):,} files)" if len(unit.files) > 1 else ""
         click.echo(
-            f"\r\x1b[K[{i + 1}/{n}] reading {unit.rel}{files}, {unit.size_bytes / 1e6:.1f} MB",
+            f"\r\x1b[K[{i + 1}/{n}] reading {unit.rel}{files}: "
+            f"{done / 1e6:,.0f} of {unit.size_bytes / 1e6:,.0f} MB, "
+            f"{lines:,} lines, {rate:,.0f} lines/s",
             nl=False,
             err=True,
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +24,7 @@ DEFAULT_REPLICA = "default"
 # A first-level folder holding one of these is a replica (a scrape log is not a server).
 SERVER_LOG_KINDS = frozenset({"vllm_log", "sglang_log"})
 _HEAD_BYTES = 65536
+_PEEK_BYTES = 512  # enough for the archive test (tar's magic sits at byte 257)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +64,13 @@ def _outside(path: Path, base: Path) -> bool:
 
 def _files(
     root: Path, scratch: Path | None, set_aside: list[InputRecord], depth: int = 0
-) -> list[tuple[Path, str, bytes]]:
-    """(path, relative name, head) of every readable file, archives expanded into scratch."""
+) -> Iterator[tuple[Path, str, bytes]]:
+    """(path, relative name, first bytes) of every readable file, archives expanded.
+
+    Only the first _PEEK_BYTES are read here: a series of thousands of scrapes needs no
+    more from most of its members (see _Series), and heads are not all held at once.
+    """
     base = root.parent if root.is_file() else root
-    out: list[tuple[Path, str, bytes]] = []
     for path in _walk(root):
         rel = path.relative_to(base).as_posix()
         if path.is_symlink() and _outside(path, base):
@@ -82,15 +87,50 @@ def _files(
         if not path.is_file():
             set_aside.append(InputRecord(rel, "unknown", "skipped", "not a regular file", 0))
             continue
-        head = read_head(path, _HEAD_BYTES) if path.stat().st_size else b""
-        if _is_archive(head) and scratch is not None and depth < 2:
+        peek = read_head(path, _PEEK_BYTES) if path.stat().st_size else b""
+        if _is_archive(peek) and scratch is not None and depth < 2:
             unpacked = archive.unpack(path, scratch)
             set_aside += unpacked.refused
             inner = _files(unpacked.root, scratch, set_aside, depth + 1)
-            out += [(p, f"{rel}/{r}", h) for p, r, h in inner]
+            yield from ((p, f"{rel}/{r}", h) for p, r, h in inner)
             continue
-        out.append((path, rel, head))
-    return out
+        yield path, rel, peek
+
+
+class _Series:
+    """Members of a file series (`metrics/<unix_ts>.prom`) recognised from one member.
+
+    Sniffing reads 64 KB and runs every ingester's patterns: 3.5 ms a file, five minutes
+    for a day of one-second scrapes. A file whose name puts it in the series of a file
+    already sniffed (same ingester key) and whose first line is that file's first line
+    is of the same kind; anything else is sniffed in full.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[str, list[tuple[type[Ingester], str, bytes]]] = defaultdict(list)
+
+    @staticmethod
+    def _first_line(peek: bytes) -> bytes:
+        return peek.split(b"\n", 1)[0]
+
+    def match(self, rel: str, peek: bytes) -> type[Ingester] | None:
+        line = self._first_line(peek)
+        for ingester, key, known_line in self._known[rel.rpartition("/")[0]]:
+            if line == known_line and ingester.series_key(rel) == key:
+                return ingester
+        return None
+
+    def remember(self, rel: str, peek: bytes, ingester: type[Ingester]) -> None:
+        key = ingester.series_key(rel)
+        line = self._first_line(peek)
+        folder = self._known[rel.rpartition("/")[0]]
+        if key is not None and line and (ingester, key, line) not in folder:
+            folder.append((ingester, key, line))
+
+
+def _head(path: Path, peek: bytes) -> bytes:
+    """The first _HEAD_BYTES of a file, re-using the peek when it was the whole file."""
+    return peek if len(peek) < _PEEK_BYTES else read_head(path, _HEAD_BYTES)
 
 
 def _decode_head(head: bytes) -> str:
@@ -143,13 +183,13 @@ def discover(root: Path, scratch: Path | None = None) -> Discovery:
         unpacked = archive.unpack(root, scratch)
         set_aside += unpacked.refused
         root = base = unpacked.root
-    for path, rel, head in _files(root, scratch, set_aside):
-        size = path.stat().st_size
-        ingester, why = classify_file(rel, head)
+    series = _Series()
+    for path, rel, peek in _files(root, scratch, set_aside):
+        ingester, why, hint, source = _recognise(path, rel, peek, series)
         if ingester is None:
-            status = "skipped" if why in ("empty file", "binary content") else "unrecognised"
-            set_aside.append(InputRecord(rel, "unknown", status, why, size))
+            set_aside.append(_set_aside(path, rel, why))
             continue
+        size = path.stat().st_size if ingester.max_bytes is not None else 0
         if ingester.max_bytes is not None and size > ingester.max_bytes:
             why = (
                 f"{size:,} bytes: over the {ingester.max_bytes:,}-byte limit for a file read whole"
@@ -158,9 +198,6 @@ def discover(root: Path, scratch: Path | None = None) -> Discovery:
             continue
         key = ingester.series_key(rel) or rel
         groups[(ingester.kind, key)].append((path, rel))
-        hint, source = ingester.time_hint(rel), "scrape file names"
-        if hint is None:
-            hint, source = ingester.content_time_hint(_decode_head(head)), f"times in {rel}"
         if hint is not None and (anchor is None or hint < anchor):
             anchor, anchor_source = hint, source
     replica_dirs = _replica_dirs(groups)
@@ -168,6 +205,28 @@ def discover(root: Path, scratch: Path | None = None) -> Discovery:
         _unit(kind, key, members, replica_dirs) for (kind, key), members in sorted(groups.items())
     )
     return Discovery(base, units, tuple(set_aside), anchor, anchor_source)
+
+
+def _recognise(
+    path: Path, rel: str, peek: bytes, series: _Series
+) -> tuple[type[Ingester] | None, str, datetime | None, str]:
+    """(the file's ingester or None, why not, the time it gives, where that time is from)."""
+    known = series.match(rel, peek)
+    if known is not None and (hint := known.time_hint(rel)) is not None:
+        return known, "", hint, "scrape file names"
+    head = _head(path, peek)  # to sniff, or for a time in the content
+    ingester, why = (known, "") if known is not None else classify_file(rel, head)
+    if ingester is None:
+        return None, why, None, ""
+    series.remember(rel, peek, ingester)
+    if (hint := ingester.time_hint(rel)) is not None:
+        return ingester, "", hint, "scrape file names"
+    return ingester, "", ingester.content_time_hint(_decode_head(head)), f"times in {rel}"
+
+
+def _set_aside(path: Path, rel: str, why: str) -> InputRecord:
+    status = "skipped" if why in ("empty file", "binary content") else "unrecognised"
+    return InputRecord(rel, "unknown", status, why, path.stat().st_size)
 
 
 def _replica_dirs(groups: dict[tuple[str, str], list[tuple[Path, str]]]) -> set[str]:

@@ -33,8 +33,8 @@ from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.series import build_series
 from kvdiag.analyzer.store import Store
 
-# progress(unit_index, unit_count, unit, bytes_done_so_far)
-ProgressFn = Callable[[int, int, InputUnit, int], None]
+# progress(unit_index, unit_count, unit, bytes of the unit read, lines of the unit read)
+ProgressFn = Callable[[int, int, InputUnit, int, int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,14 +140,14 @@ def _ingest_all(
     ctx = IngestContext(found.root, opts.year, found.anchor, found.anchor_source)
     records: list[InputRecord] = list(found.set_aside)
     problems: list[InputProblem] = []
-    done = 0
     for i, unit in enumerate(found.units):
+        unit_ctx = ctx
         if progress is not None:
-            progress(i, len(found.units), unit, done)
-        recs, probs = _ingest_unit(unit, ctx, store)
+            progress(i, len(found.units), unit, 0, 0)
+            unit_ctx = dataclasses.replace(ctx, progress=_unit_progress(progress, i, found, unit))
+        recs, probs = _ingest_unit(unit, unit_ctx, store)
         records += recs
         problems += probs
-        done += unit.size_bytes
     records.sort(key=lambda r: r.path)
     return records, problems
 
@@ -169,6 +169,15 @@ def _validate(store: Store) -> tuple[list[InputProblem], tuple[classify.Doubt, .
     ranged, range_doubts = validate.range_problems(flagged)
     timed, time_doubts = timeline.time_problems(store.reader)
     return [*ranged, *timed], range_doubts + time_doubts
+
+
+def _unit_progress(
+    progress: ProgressFn, i: int, found: Discovery, unit: InputUnit
+) -> Callable[[int, int], None]:
+    def report(done: int, lines: int) -> None:
+        progress(i, len(found.units), unit, done, lines)
+
+    return report
 
 
 def _with_model_config(found: Discovery, path: Path | None) -> Discovery:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,6 +20,21 @@ import polars as pl
 from kvdiag.analyzer.schema import TABLES, Table, table
 
 T = TypeVar("T")
+
+MEMORY_LIMIT = "256MB"
+
+
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """Ctrl-C inside a query stays Ctrl-C.
+
+    DuckDB turns SIGINT into `InterruptException`, an ordinary Exception, which a reader
+    or a rule would report as its own failure (and the run would go on without it).
+    """
+    try:
+        yield
+    except duckdb.InterruptException as exc:
+        raise KeyboardInterrupt from exc
 
 
 def ddl(t: Table) -> str:
@@ -69,7 +85,8 @@ class StoreReader:
         # A cursor keeps rule queries independent of each other's result state.
         cur = self._con.cursor()
         try:
-            frame: pl.DataFrame = cur.sql(query, params=list(params or [])).pl()
+            with _interruptible():
+                frame: pl.DataFrame = cur.sql(query, params=list(params or [])).pl()
             return frame
         finally:
             cur.close()
@@ -78,7 +95,8 @@ class StoreReader:
         """Run a query returning one value (or None when there is no row)."""
         cur = self._con.cursor()
         try:
-            rows = cur.sql(query, params=list(params or [])).fetchall()
+            with _interruptible():
+                rows = cur.sql(query, params=list(params or [])).fetchall()
         finally:
             cur.close()
         return rows[0][0] if rows else None
@@ -102,6 +120,9 @@ class Store:
             self._tmpdir = tempfile.TemporaryDirectory(prefix="kvdiag-")
             self._path = Path(self._tmpdir.name) / "incident.duckdb"
         self._con = duckdb.connect(str(self._path))
+        # DuckDB's default (80 % of RAM) lets its cache grow with the input; past this it
+        # writes to the database file, so a 5 GB incident fits in the same memory as 1 GB.
+        self._con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
         for t in TABLES:
             self._con.execute(ddl(t))
 
@@ -120,9 +141,10 @@ class Store:
         self._con.register("_kvdiag_batch", _fit(frame, table(table_name)))
         try:
             cols = ", ".join(f'"{c}"' for c in frame.columns)
-            self._con.execute(
-                f'INSERT INTO "{table_name}" ({cols}) SELECT {cols} FROM _kvdiag_batch'
-            )
+            with _interruptible():
+                self._con.execute(
+                    f'INSERT INTO "{table_name}" ({cols}) SELECT {cols} FROM _kvdiag_batch'
+                )
         finally:
             self._con.unregister("_kvdiag_batch")
 

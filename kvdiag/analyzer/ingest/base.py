@@ -10,7 +10,7 @@ parallel.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -41,6 +41,8 @@ class IngestContext:
     year: int | None  # from --year
     anchor: datetime | None  # absolute time seen elsewhere in the folder (scrape names ...)
     anchor_source: str | None
+    # (bytes, lines) of the unit read so far: long inputs report as they go (stderr on a TTY)
+    progress: Callable[[int, int], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

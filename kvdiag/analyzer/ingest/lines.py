@@ -1,8 +1,14 @@
 """Read a text file as batches of numbered lines, in bounded memory.
 
 A line ends at `\\n` (so numbers agree with `grep -n` and editors; a bare `\\r` from a
-progress bar stays inside its line). Gzip files are read transparently. Invalid UTF-8
-bytes become U+FFFD and the line is counted as undecodable by the caller.
+progress bar stays inside its line, a `\\r\\n` ending is dropped). The file is read in
+blocks of bytes (`iter_chunks`), each cut at a line end, and a block becomes a frame of
+lines in one call to polars' CSV reader (`frame_lines`), so no Python runs per line.
+
+Damage is read up to where it starts and reported, never raised: decoding (gzip by
+content, UTF-16, GBK) is in textsource.py, cutting blocks at line ends (overlong and
+unterminated lines) in linechunks.py. Invalid UTF-8 bytes become U+FFFD and the caller
+counts the line as undecodable unless it parses.
 
 Rotated sets (`vllm.log`, `vllm.log.1`, `vllm.log.2.gz`) share a base name; the highest
 number is the oldest, so reading them in `chronological` order merges them by time.
@@ -10,61 +16,50 @@ number is the oldest, so reading them in `chronological` order merges them by ti
 
 from __future__ import annotations
 
-import codecs
-import gzip
 import io
 import re
-import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import polars as pl
 
-# ~100k lines a batch: a parsed batch holds a dozen columns per line, so this keeps a log
-# parse near 400 MB resident (32 MB batches: about 1 GB) at the same speed.
+from kvdiag.analyzer.ingest.linechunks import Chunk, iter_chunks
+from kvdiag.analyzer.ingest.textsource import ReadStats, open_binary, read_head
+
+# The readers' names, importable from here.
+__all__ = [
+    "BATCH_BYTES",
+    "Chunk",
+    "ReadStats",
+    "chronological",
+    "frame_lines",
+    "iter_chunks",
+    "iter_line_batches",
+    "open_binary",
+    "read_head",
+    "rotation_base",
+]
+
+# 16 MB of text a batch: a batch parses in ~0.1 s, and two in flight (one per core) plus
+# the one being read stay far below the memory budget.
 BATCH_BYTES = 8 << 20
 # polars' CSV reader splits lines fast; we give it a column separator that cannot occur
 # (it is replaced before parsing) so each line lands whole in one column.
 _SEP = b"\x1f"
-_GZIP_MAGIC = b"\x1f\x8b"
+# Leading bytes polars takes for gzip, zlib or zstd data (it sniffs them and inflates).
+_COMPRESSED_MAGIC = (b"\x1f\x8b", b"x\x01", b"x^", b"x\x9c", b"x\xda", b"\x28\xb5\x2f\xfd")
 _ROTATED = re.compile(r"^(?P<base>.+?)(?:\.(?P<n>\d{1,4}))?(?P<gz>\.gz)?$")
 
 
-@dataclass
-class ReadStats:
-    """What the reader saw beyond the lines themselves."""
+def frame_lines(chunk: bytes, first_line: int, lines: int | None = None) -> pl.DataFrame:
+    """Columns `line_no` (from `first_line`) and `text`, one row per `\\n`-ended line.
 
-    truncated: str | None = None  # why the stream ended early (corrupt gzip ...)
-    encoding: str = "utf-8"
-
-
-def is_gzip(path: Path) -> bool:
-    with path.open("rb") as fh:
-        return fh.read(2) == _GZIP_MAGIC
-
-
-def open_binary(path: Path) -> BinaryIO:
-    """Open a file for reading bytes, decompressing gzip by content, not by name."""
-    if is_gzip(path):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return path.open("rb")
-
-
-def read_head(path: Path, size: int = 65536) -> bytes:
-    """The first bytes of a file (decompressed), for sniffing; never raises on bad gzip."""
-    try:
-        with open_binary(path) as fh:
-            return fh.read(size)
-    except (OSError, EOFError, zlib.error):
-        with path.open("rb") as fh:
-            return fh.read(size)
-
-
-def _frame(chunk: bytes, first_line: int) -> pl.DataFrame:
+    With `lines`, only the first `lines` rows are kept (the chunk may run on past them).
+    """
     if _SEP in chunk:
         chunk = chunk.replace(_SEP, b" ")
+    if chunk.startswith(_COMPRESSED_MAGIC):
+        return _first_line_apart(chunk, first_line, lines)
     frame = pl.read_csv(
         io.BytesIO(chunk),
         has_header=False,
@@ -74,6 +69,8 @@ def _frame(chunk: bytes, first_line: int) -> pl.DataFrame:
         schema={"text": pl.String},
         encoding="utf8-lossy",
     )
+    if lines is not None and frame.height > lines:
+        frame = frame.head(lines)
     return (
         frame.with_columns(pl.col("text").fill_null(""))
         .with_row_index("line_no", offset=first_line)
@@ -81,47 +78,31 @@ def _frame(chunk: bytes, first_line: int) -> pl.DataFrame:
     )
 
 
-def _decode_utf16(data: bytes) -> bytes:
-    """Re-encode a UTF-16 file (detected by its BOM) as UTF-8."""
-    return codecs.decode(data, "utf-16").encode("utf-8")
+def _first_line_apart(chunk: bytes, first_line: int, lines: int | None) -> pl.DataFrame:
+    """A chunk whose first bytes look compressed ('x^' is a zlib header) to polars, which
+    would inflate it: the first line is split off by hand, the rest read as usual."""
+    head, newline, rest = chunk.partition(b"\n")
+    first = pl.DataFrame(
+        {"line_no": [first_line], "text": [head.decode("utf-8", "replace")]},
+        schema={"line_no": pl.Int64, "text": pl.String},
+    )
+    if not newline or not rest or lines == 1:
+        return first
+    tail = frame_lines(b" " + rest, first_line + 1, None if lines is None else lines - 1)
+    # the space keeps the next line from starting with magic too; take it back off
+    second = pl.col("line_no") == first_line + 1
+    tail = tail.with_columns(
+        pl.when(second).then(pl.col("text").str.slice(1)).otherwise(pl.col("text")).alias("text")
+    )
+    return pl.concat([first, tail])
 
 
 def iter_line_batches(
     path: Path, stats: ReadStats | None = None, batch_bytes: int = BATCH_BYTES
 ) -> Iterator[pl.DataFrame]:
     """Yield frames with columns `line_no` (1-based) and `text`, batch by batch."""
-    stats = stats if stats is not None else ReadStats()
-    next_line = 1
-    carry = b""
-    first = True
-    with open_binary(path) as fh:
-        while True:
-            try:
-                block = fh.read(batch_bytes)
-            except (OSError, EOFError, zlib.error) as exc:
-                stats.truncated = f"stream ends early: {exc}"
-                block = b""
-            if first:
-                first = False
-                if block.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-                    # UTF-16 logs (Windows consoles) are small; decode them whole.
-                    block = _decode_utf16(block + fh.read())
-                    stats.encoding = "utf-16"
-                elif block.startswith(codecs.BOM_UTF8):
-                    block = block[len(codecs.BOM_UTF8) :]
-            if not block:
-                break
-            data = carry + block
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                carry = data
-                continue
-            carry = data[cut + 1 :]
-            frame = _frame(data[: cut + 1], next_line)
-            next_line += frame.height
-            yield frame
-    if carry:
-        yield _frame(carry + b"\n", next_line)
+    for chunk in iter_chunks(path, stats, batch_bytes):
+        yield frame_lines(chunk.data, chunk.first_line, chunk.lines)
 
 
 def rotation_base(rel: str) -> str | None:

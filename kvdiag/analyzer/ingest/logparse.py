@@ -22,13 +22,29 @@ from kvdiag.analyzer.ingest.formats import EnvelopeStep, Event, FormatPack
 # ANSI CSI sequences (colours, cursor moves) and OSC titles, then any other C0 control
 # character except tab. `\r` goes too: vLLM ends continuation lines with \r\n.
 _ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]"
-_CONTROL = r"[\x00-\x08\x0b-\x1f\x7f]"
-_UNCLEAN = f"{_ANSI}|{_CONTROL}"  # one pass: escape sequences first, then stray controls
+CONTROL = r"[\x00-\x08\x0b-\x1f\x7f]"  # clean changes exactly the lines holding one
+_UNCLEAN = f"{_ANSI}|{CONTROL}"  # one pass: escape sequences first, then stray controls
 
 MAX_STORED_LINE = 4096  # raw text kept per stored row; longer lines are cut (and say so)
 _OUTER = "_outer"  # suffix of the columns a stacked (repeated) prefix moves outward to
 # The logger header: lines of one multi-line message repeat it exactly.
 _HEADER_COLS = ("proc", "pid", "level", "md", "hms", "srcfile", "srcline")
+
+
+def gap_expr() -> pl.Expr:
+    """`_gap`: the row does not follow the row above in the file (a subset of a batch).
+
+    Pieces of one physical line (glued records) follow each other; a row after a missing
+    line does not, so nothing joins across it.
+    """
+    return (pl.col("line_no") - pl.col("line_no").shift(1)).fill_null(1).gt(1).alias("_gap")
+
+
+def gaps(frame: pl.DataFrame) -> pl.Series:
+    """The `_gap` column, or no gaps when the frame is a whole batch without one."""
+    if "_gap" in frame.columns:
+        return frame["_gap"]
+    return pl.repeat(False, frame.height, dtype=pl.Boolean, eager=True)
 
 
 def clean_expr(col: str = "text") -> pl.Expr:
@@ -131,7 +147,7 @@ def _joined(
     key = _header_key(frame, idx) if same_header else None
     for k in range(1, event.join_max + 1):
         nxt = (idx + k).clip(upper_bound=n - 1)
-        ok = going & (idx + k < n) & ~claimed.gather(nxt)
+        ok = going & (idx + k < n) & ~claimed.gather(nxt) & ~gaps(frame).gather(nxt)
         if key is not None:
             ok = ok & (_header_key(frame, nxt) == key).fill_null(False)
             ok = ok & ~frame["msg"].gather(nxt).str.contains(event.literal, literal=True)
@@ -272,7 +288,11 @@ def extract_fields(hits: pl.DataFrame, event: Event) -> pl.DataFrame:
             *[pl.lit(None, pl.String).alias(f) for f in event.fields if f not in groups],
         )
         parts.append(sub.drop("_g"))
-    typed = pl.concat(parts, how="diagonal_relaxed")
+    return finish_fields(pl.concat(parts, how="diagonal_relaxed"), event)
+
+
+def finish_fields(typed: pl.DataFrame, event: Event) -> pl.DataFrame:
+    """Captured fields completed by the event's `extract` patterns, typed, `set` added."""
     for name, pattern in event.extract.items():
         found = pl.col("msg").str.extract(pattern, 1)
         typed = typed.with_columns(pl.coalesce(pl.col(name), found).alias(name))

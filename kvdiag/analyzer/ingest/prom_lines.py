@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
-from kvdiag.analyzer.ingest.lines import _frame as frame_lines
+from kvdiag.analyzer.ingest.lines import frame_lines
 from kvdiag.analyzer.ingest.scrape_time import scrape_time_from_name
 
 BATCH_BYTES = 32 << 20

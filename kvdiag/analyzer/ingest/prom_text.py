@@ -96,7 +96,7 @@ class PromTextIngester(Ingester):
         aliases = load_aliases()
         builder = SampleBuilder(aliases, unit.replica)
         tally, templates = Tally(), TemplateTally()
-        untimed = valid = 0
+        untimed = valid = read = 0
         for group in batches(unit.files):
             batch = read_batch([unit.files[i] for i in group], [unit.rels[i] for i in group])
             for problem in batch.problems:
@@ -112,6 +112,9 @@ class PromTextIngester(Ingester):
             yield from _emit("config", resolved.config)
             yield from _emit("gpu_snapshots", resolved.gpus)
             yield from _emit("scrapes", _scrape_rows(batch, starts, parsed.sample_rows, unit))
+            if ctx.progress is not None:
+                read += sum(unit.files[i].stat().st_size for i in group)
+                ctx.progress(read, tally.total)
         tally.notes.append(
             f"{tally.records} samples of known metrics stored; "
             f"{valid - tally.records} other sample lines parsed, not kept"

@@ -28,7 +28,7 @@ _HEADER = (
     rf"(?:\([^()]+ pid=\d+[^()]*\) )?{_LEVEL} "
     r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+\.py:\d+\] "
 )
-_GLUED = rf"\S{_HEADER}"
+GLUED = rf"\S{_HEADER}"  # a logger header right after a non-blank character
 # The head must hold whitespace: `[vllm]INFO ...` is a VLLM_LOGGING_PREFIX, not a glued record.
 _SPLIT = rf"^(?P<head>.*?\s.*?\S)(?P<tail>{_HEADER}.*)$"
 MAX_GLUED = 4  # records split off one line at most
@@ -49,6 +49,13 @@ class Repairs:
         seen = self.examples.setdefault(kind, [])
         seen += where[: EXAMPLES - len(seen)]
 
+    def merge(self, other: Repairs) -> None:
+        """Add the repairs of a later batch."""
+        for kind, n in other.counts.items():
+            self.counts[kind] = self.counts.get(kind, 0) + n
+            seen = self.examples.setdefault(kind, [])
+            seen += other.examples.get(kind, [])[: EXAMPLES - len(seen)]
+
     def notes(self) -> list[str]:
         return [
             f"{kind}: {n} (lines {', '.join(self.examples[kind])}{', ...' if n > EXAMPLES else ''})"
@@ -64,7 +71,7 @@ def split_glued(batch: pl.DataFrame, repairs: Repairs) -> pl.DataFrame:
     frame = batch.with_columns(
         pl.lit(0, pl.Int32).alias("part"), pl.lit(None, pl.String).alias("repair")
     )
-    glued = frame.filter(pl.col("clean").str.contains(_GLUED))
+    glued = frame.filter(pl.col("clean").str.contains(GLUED))
     if glued.is_empty():
         return frame
     pieces, rest = [], glued.select("line_no", pl.col("clean").alias("text"))
@@ -97,6 +104,8 @@ def attribute_interleaved(frame: pl.DataFrame, repairs: Repairs) -> pl.DataFrame
         return frame
     prev_outer = pl.col("proc_outer").shift(1)
     target = prev_outer.is_not_null() & pl.col("proc").is_null() & pl.col("md").is_not_null()
+    if "_gap" in frame.columns:
+        target = target & ~pl.col("_gap")
     hits = frame.select(target.alias("t"))["t"]
     if not hits.any():
         return frame
@@ -127,8 +136,11 @@ def rejoin_wrapped(
 def _free_continuation(frame: pl.DataFrame, offset: int) -> pl.Series:
     """Rows whose next `offset` rows are header-less lines that nothing matched."""
     ok = pl.lit(True)
+    gap = "_gap" in frame.columns
     for k in range(1, offset + 1):
         ok = ok & _unclaimed(k)
+        if gap:  # a row after a missing line continues nothing
+            ok = ok & ~pl.col("_gap").shift(-k).fill_null(True)
     head = pl.col("md").is_not_null() & pl.col("event").is_null()
     return frame.select((head & ok).fill_null(False).alias("c"))["c"]
 
@@ -140,6 +152,7 @@ def _unclaimed(k: int) -> pl.Expr:
         return pl.col(c).shift(-k)
 
     ok = nxt("md").is_null() & ~nxt("_envelope").fill_null(True) & nxt("proc").is_null()
+    ok = ok & ~nxt("_gap").fill_null(True)
     ok = ok & nxt("event").is_null() & ~nxt("near_miss").fill_null(True)
     return ok & (nxt("line_no") > pl.col("line_no"))
 

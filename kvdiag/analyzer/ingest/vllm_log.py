@@ -8,6 +8,7 @@ so the year carries across files; each file keeps its own account.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
@@ -27,16 +28,16 @@ from kvdiag.analyzer.ingest.base import (
     template_expr,
 )
 from kvdiag.analyzer.ingest.formats import FormatPack, load_pack
-from kvdiag.analyzer.ingest.lines import ReadStats, chronological, iter_line_batches, rotation_base
+from kvdiag.analyzer.ingest.lines import Chunk, ReadStats, chronological, iter_chunks, rotation_base
+from kvdiag.analyzer.ingest.logaccess import AccessBook
+from kvdiag.analyzer.ingest.logaccess import count_rows as count_access
+from kvdiag.analyzer.ingest.logbatch import BatchResult, LineCounts, count_lines, ordered_map
+from kvdiag.analyzer.ingest.logbatch import read_batch as read_log_batch
 from kvdiag.analyzer.ingest.logconfig import config_rows, decode_dicts
-from kvdiag.analyzer.ingest.logparse import (
-    MAX_STORED_LINE,
-    EventRows,
-    apply_envelope,
-    parsed_expr,
-)
-from kvdiag.analyzer.ingest.logpipeline import Parsed, lines_frame, parse_batch
+from kvdiag.analyzer.ingest.logparse import MAX_STORED_LINE, EventRows
+from kvdiag.analyzer.ingest.logpipeline import Parsed, lines_frame, parse_batch, stamp_events
 from kvdiag.analyzer.ingest.logtime import YearState, initial_year
+from kvdiag.analyzer.ingest.logtriage import REJECTED, Lanes, vllm_lanes
 from kvdiag.analyzer.ingest.repair import Repairs
 from kvdiag.analyzer.model import InputProblem, UnmatchedTemplate
 from kvdiag.analyzer.schema import table
@@ -56,6 +57,7 @@ _HEADER_AT_START = re.compile(
     r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+:\d+\]"
 )
 _CUT_SEARCH = 64
+_STACKED = re.compile(r"^(?:\S*\([^)]*pid=\d+[^)]*\) ?){2}")
 
 
 @dataclass
@@ -149,6 +151,7 @@ class VllmLogIngester(Ingester):
         "log_capacity_errors",
         "log_oom",
         "log_http",
+        "log_http_counts",
         "log_requests",
         "config",
     )
@@ -172,26 +175,61 @@ class VllmLogIngester(Ingester):
     def pack(self) -> FormatPack:
         return load_pack(self.pack_name)
 
+    @property
+    def lanes(self) -> Lanes | None:
+        """Fast lanes for the pack (logtriage.py), or None to parse every line fully.
+
+        The lanes are proven against the vLLM pack only: a subclass reading another pack
+        (SGLang) parses every line fully until lanes are built and tested for its pack.
+        """
+        return vllm_lanes() if self.pack_name == "vllm_log" else None
+
     def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:
         year: YearState | None = None
+        done = _Done()
         for path, rel in chronological(unit.files, unit.rels):
-            year = yield from self._ingest_file(path, rel, unit, ctx, year)
+            year = yield from self._ingest_file(path, rel, unit, ctx, year, done)
 
     def _ingest_file(
-        self, path: Path, rel: str, unit: InputUnit, ctx: IngestContext, year: YearState | None
+        self,
+        path: Path,
+        rel: str,
+        unit: InputUnit,
+        ctx: IngestContext,
+        year: YearState | None,
+        done: _Done,
     ) -> Generator[Emit, None, YearState | None]:
         state = _FileState()
-        for batch in _record_aligned(iter_line_batches(path, state.read, line_reader.BATCH_BYTES)):
+        pack, lanes = self.pack, self.lanes
+        chunks = iter_chunks(path, state.read, line_reader.BATCH_BYTES, _record_cut)
+
+        def read(chunk: Chunk) -> BatchResult:
+            return read_log_batch(chunk, pack, lanes)
+
+        for result in ordered_map(read, chunks):
             if year is None:
-                year = initial_year(ctx, path, apply_envelope(batch.head(1000), self.pack))
-            parsed = parse_batch(batch, self.pack, year, state.repairs)
-            for rows in parsed.events:
+                assert result.head is not None
+                year = initial_year(ctx, path, result.head)
+            for rows in stamp_events(result.events, year, result.container_lines):
                 yield from state.emit(rows, unit, rel)
-            state.count(batch.height, parsed)
-        if state.read.truncated:
-            yield InputProblem(rel, state.tally.total or None, state.read.truncated)
+            state.add(result)
+            if ctx.progress is not None:
+                ctx.progress(done.bytes + state.read.bytes, done.lines + state.tally.total)
+        done.bytes += state.read.bytes
+        done.lines += state.tally.total
+        yield from state.emit_access(unit, rel)
+        for line, message in state.read.problems():
+            yield InputProblem(rel, line, message)
         yield state.account(rel, year)
         return year
+
+
+@dataclass
+class _Done:
+    """Bytes and lines of the files of a unit already read (a rotated set), for progress."""
+
+    bytes: int = 0
+    lines: int = 0
 
 
 @dataclass
@@ -204,45 +242,50 @@ class _FileState:
     repairs: Repairs = field(default_factory=Repairs)
     events: dict[str, int] = field(default_factory=dict)
     cut: int = 0  # stored rows whose raw text was cut to MAX_STORED_LINE
+    access: AccessBook = field(default_factory=AccessBook)  # access lines counted per key
 
     def emit(self, rows: EventRows, unit: InputUnit, rel: str) -> Iterator[TableBatch]:
         frame = _provenance(decode_dicts(rows.frame, rows.event), unit, rel)
+        self.tally.records += frame.height
+        self.events[rows.event.id] = self.events.get(rows.event.id, 0) + frame.height
+        if rows.event.table == "log_http":  # below 400 counted, rejections kept as rows
+            counted = pl.col("status") < REJECTED
+            self.access.add(count_access(frame.filter(counted)))
+            frame = frame.filter(~counted.fill_null(False))
         out = _table_frame(frame, rows.event.table)
-        self.tally.records += out.height
-        self.events[rows.event.id] = self.events.get(rows.event.id, 0) + out.height
         self.cut += int(frame.select((pl.col("_raw_chars") > MAX_STORED_LINE).sum()).item())
-        yield TableBatch(rows.event.table, out)
+        if out.height:
+            yield TableBatch(rows.event.table, out)
         config = config_rows(frame, rows.event)
         if config is not None:
             yield TableBatch("config", config)
 
+    def add(self, result: BatchResult) -> None:
+        """Count a batch's lines and keep its counted access lines."""
+        self._add_counts(result.counts)
+        self.repairs.merge(result.repairs)
+        if result.access.height:
+            n = int(result.access["count"].sum())
+            self.tally.records += n
+            self.events["http_access"] = self.events.get("http_access", 0) + n
+            self.access.add(result.access)
+
     def count(self, lines: int, parsed: Parsed) -> None:
-        """Per physical line: parsed only when every piece of it is (glued lines split)."""
-        bad_text = pl.col("text").str.contains("\ufffd", literal=True)
-        pieces = parsed.frame.select(
-            "line_no", "part", "clean", parsed_expr().alias("p"), bad_text.alias("bad")
-        )
-        if pieces.height != lines:  # only the few split lines need grouping
-            split = pieces.filter(pl.col("part") > 0)["line_no"].unique().implode()
-            whole = pieces.filter(pl.col("line_no").is_in(split))
-            grouped = whole.group_by("line_no", maintain_order=True).agg(
-                pl.col("part").first(),
-                pl.col("clean").str.join(""),
-                pl.col("p").all(),
-                pl.col("bad").any(),
-            )
-            pieces = pl.concat([pieces.filter(~pl.col("line_no").is_in(split)), grouped])
-        flags = pieces.select(
-            pl.col("p").sum().alias("p"),
-            (~pl.col("p") & pl.col("bad")).sum().alias("u"),
-            (~pl.col("p") & ~pl.col("bad")).sum().alias("n"),
-        ).row(0)
-        self.tally.total += lines
-        self.tally.parsed += int(flags[0])
-        self.tally.undecodable += int(flags[1])
-        self.tally.unmatched += int(flags[2])
-        unmatched = pieces.filter(~pl.col("p") & ~pl.col("bad")).select("line_no", "clean")
-        self.templates.add(unmatched)
+        """Count one fully parsed batch (tests feed lines through parse_batch directly)."""
+        self._add_counts(count_lines(lines, parsed))
+
+    def _add_counts(self, counts: LineCounts) -> None:
+        self.tally.total += counts.total
+        self.tally.parsed += counts.parsed
+        self.tally.undecodable += counts.undecodable
+        self.tally.unmatched += counts.unmatched
+        self.templates.add(counts.unmatched_rows)
+
+    def emit_access(self, unit: InputUnit, rel: str) -> Iterator[TableBatch]:
+        """One log_http_counts row per (process, method, path, status) seen in the file."""
+        rows = self.access.table(rel, unit.replica)
+        if rows is not None:
+            yield TableBatch("log_http_counts", rows)
 
     def account(self, rel: str, year: YearState | None) -> Account:
         notes = self.tally.notes
@@ -252,7 +295,7 @@ class _FileState:
                 notes.append(
                     f"{year.container_lines} lines timed by their container timestamp (UTC)"
                 )
-        notes += self.repairs.notes()
+        notes += self.read.notes() + self.repairs.notes()
         if self.cut:
             notes.append(f"raw text of {self.cut} records cut to {MAX_STORED_LINE} characters")
         if self.events:
@@ -261,10 +304,14 @@ class _FileState:
 
 
 def _cut_point(texts: list[str]) -> int:
-    """Index of the last line that starts a record of its own (0: none found)."""
+    """Index of the last line that starts a record of its own (0: none found).
+
+    Not after a line ending in a backslash (a shell line continues) nor after a line with
+    two stacked process prefixes (the next line's message belongs to the outer writer).
+    """
     for i in range(len(texts) - 1, 0, -1):
         head = _HEADER_AT_START.match(texts[i])
-        if head is None or texts[i - 1].endswith("\\"):
+        if head is None or texts[i - 1].endswith("\\") or _STACKED.match(texts[i - 1]):
             continue
         before = _HEADER_AT_START.match(texts[i - 1])
         if before is None or before.group(0) != head.group(0):
@@ -272,26 +319,24 @@ def _cut_point(texts: list[str]) -> int:
     return 0
 
 
-def _record_aligned(batches: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
-    """Batches that end where a record starts; the rest moves on to the next batch."""
-    carry: pl.DataFrame | None = None
-    for batch in batches:
-        if carry is not None:
-            batch = pl.concat([carry, batch])
-        tail = batch.tail(_CUT_SEARCH)
-        cut = _cut_point(tail["text"].to_list())
-        if cut == 0 and batch.height < _CUT_SEARCH:  # too short to judge: read on
-            carry = batch
-            continue
-        if cut == 0:  # no record starts in the last lines: cut at the end, as read
-            carry = None
-            yield batch
-            continue
-        keep = batch.height - tail.height + cut
-        carry = batch.slice(keep)
-        yield batch.head(keep)
-    if carry is not None:
-        yield carry
+def _record_cut(data: bytes, end: int) -> int:
+    """Where a batch of data[:end] should end: before the last line that starts a record.
+
+    0: no record starts in the last lines, cut at `end`; -1: too few lines to judge,
+    read on.
+    """
+    starts = [end]
+    while len(starts) <= _CUT_SEARCH and starts[-1] > 0:
+        starts.append(data.rfind(b"\n", 0, starts[-1] - 1) + 1)
+    starts.reverse()
+    texts = [
+        data[a:b].decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
+        for a, b in itertools.pairwise(starts)
+    ]
+    cut = _cut_point(texts)
+    if cut:
+        return starts[cut]
+    return -1 if len(texts) < _CUT_SEARCH else 0
 
 
 def _sniff_events(pack: FormatPack, head: str) -> bool:

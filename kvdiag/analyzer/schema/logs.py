@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvdiag.analyzer.schema.base import LOG_ENVELOPE as _BASE_ENVELOPE
-from kvdiag.analyzer.schema.base import Table, cols
+from kvdiag.analyzer.schema.base import PROVENANCE, Table, cols
 
 # Log identity and provenance beyond the shared envelope: the other parallel ranks a
 # process name gives, and how a record was rebuilt when it spans or shares lines.
@@ -229,6 +229,21 @@ LOG_TABLES: tuple[Table, ...] = (
             ("method", "VARCHAR", "HTTP method"),
             ("path", "VARCHAR", "request path"),
             ("status", "INTEGER", "HTTP status"),
+        ),
+    ),
+    Table(
+        "log_http_counts",
+        "HTTP access lines below status 400, counted per process, method, path and status "
+        "instead of a row each (log_http keeps a row for each rejection, 400 and above).",
+        PROVENANCE
+        + cols(
+            ("replica", "VARCHAR", "replica: pod/host name if printed, else the file's folder"),
+            ("process", "VARCHAR", "process name from the (Name pid=N) prefix, if any"),
+            ("method", "VARCHAR", "HTTP method"),
+            ("path", "VARCHAR", "request path"),
+            ("status", "INTEGER", "HTTP status"),
+            ("count", "BIGINT", "access lines with this process, method, path and status"),
+            ("last_line", "BIGINT", "the last of them (source_line is the first)"),
         ),
     ),
     Table(
