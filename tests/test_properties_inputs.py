@@ -29,7 +29,8 @@ from tests.property_support import (
     lines_from,
     mutated,
 )
-from tests.test_nvidia_smi import CSV_LOOP, XML_DOC
+from tests.test_nvidia_smi import CSV_LOOP
+from tests.test_nvidia_smi_xml import XML_DOC
 
 NVSMI_TABLE = tuple(
     (FIXTURES / "gpu-shrunken-pool-a100-case-study" / "incident" / "nvidia-smi.txt")
