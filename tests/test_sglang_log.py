@@ -128,6 +128,7 @@ def _from_text(path: Path, pattern: str, scale: float) -> list[float]:
 
 
 def test_every_fragment_has_its_numbers_listed() -> None:
+    shared("realdata", "issues")
     assert set(sglang_fragments()) == set(NUMBERS), "a fragment was added: list its numbers"
 
 
