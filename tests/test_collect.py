@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.collect import CollectPlan, collect, parse_duration
+from kvdiag.analyzer import collect as collect_module
+from kvdiag.analyzer.collect import CollectPlan, CollectResult, collect, parse_duration, scrape_once
 from kvdiag.analyzer.exitcodes import ExitCode
 from tests.conftest import FIXTURES, analyze_json, run_cli
 
@@ -175,3 +176,18 @@ def test_gpu_snapshots_follow_the_scrape_cadence(replay_server: str, tmp_path: P
     assert "no nvidia-smi or dcgm snapshot" not in {
         m["what"] for m in diagnosis["missing_evidence"]
     }
+
+
+def test_scrapes_within_one_millisecond_keep_a_file_each(
+    replay_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stalled loop catching up fires scrapes back to back: none may overwrite another."""
+    plan = CollectPlan(replay_server, tmp_path, duration_s=1, interval_s=1, nvidia_smi=None)
+    (tmp_path / "metrics").mkdir(parents=True, exist_ok=True)
+    monkeypatch.setattr(collect_module.time, "time", lambda: 1_796_000_000.0004)
+    result = CollectResult()
+    for _ in range(3):
+        scrape_once(plan, result)
+    names = sorted(p.name for p in (tmp_path / "metrics").glob("*.prom"))
+    assert result.scrapes_ok == 3
+    assert names == ["1796000000.000.prom", "1796000000.001.prom", "1796000000.002.prom"]

@@ -57,6 +57,7 @@ class CollectResult:
     gpu_snapshots: int = 0
     interrupted: bool = False
     errors: list[str] = field(default_factory=list)
+    last_ts: float = 0.0  # the previous scrape's time, as its file name rounds it
 
 
 def _get(plan: CollectPlan, path: str) -> tuple[int, bytes]:
@@ -74,7 +75,10 @@ def _append_jsonl(path: Path, row: dict[str, Any]) -> None:
 
 def scrape_once(plan: CollectPlan, result: CollectResult) -> None:
     """One GET /metrics: the body to metrics/<ts>.prom, the attempt to scrapes.jsonl."""
-    ts = time.time()
+    # Scrapes that catch up after a stall can start within one millisecond; the file name
+    # is the time to the millisecond, so each scrape gets a later one than the last.
+    ts = max(round(time.time(), 3), round(result.last_ts + 0.001, 3))
+    result.last_ts = ts
     row: dict[str, Any] = {
         "ts": round(ts, 3),
         "file": None,
