@@ -35,6 +35,12 @@ def _interruptible() -> Iterator[None]:
         yield
     except duckdb.InterruptException as exc:
         raise KeyboardInterrupt from exc
+    except duckdb.InvalidInputException as exc:
+        # Ctrl-C while DuckDB pulls a registered frame through Arrow reaches it inside that
+        # read, and comes back wrapped: "... as Arrow data failed: KeyboardInterrupt".
+        if "KeyboardInterrupt" in str(exc):
+            raise KeyboardInterrupt from exc
+        raise
 
 
 def ddl(t: Table) -> str:
