@@ -9,9 +9,11 @@ frames the store accepts (every batch is appended to a real DuckDB store).
 from __future__ import annotations
 
 import codecs
+import json
 import tempfile
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -118,6 +120,19 @@ def lines_from(draw: st.DrawFn, material: tuple[str, ...], max_lines: int = 12) 
     newline = draw(st.sampled_from(["\n", "\r\n", "\r"]))
     text = newline.join(lines) + draw(st.sampled_from(["", "\n"]))
     return encode(text, draw)
+
+
+def encode_json(doc: Any, draw: st.DrawFn, indent: int) -> bytes:
+    """`doc` as JSON (flat or indented), now and then cut short, then `encode`d."""
+    text = json.dumps(doc, indent=draw(st.sampled_from([None, indent])), allow_nan=True)
+    if draw(st.integers(0, 5)) == 0:
+        text = text[: draw(st.integers(0, len(text)))]
+    return encode(text, draw)
+
+
+def deep_nesting(prefix: bytes) -> bytes:
+    """A JSON document nested past Python's recursion limit after `prefix`."""
+    return prefix + b"[" * 100_000 + b"]" * 100_000 + b"}"
 
 
 def encode(text: str, draw: st.DrawFn) -> bytes:

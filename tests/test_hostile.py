@@ -21,7 +21,15 @@ from tests.conftest import run_cli
 from tests.test_reports_json import VALIDATOR
 
 CORPUS = Path(__file__).resolve().parent / "hostile"
-ENTRIES = sorted(p.name for p in CORPUS.iterdir())
+# Entries whose attack is the file name itself: written at test time, not committed, because a
+# newline or an escape in a tracked path breaks the line-oriented tools run over the repo.
+NAME_ATTACKS = (
+    "name-with-a-newline\nINFO 01-01 00:00:00 spoofed line.log",
+    "name-with-rtl-override-\u202egol.exe",
+    "name-with-terminal-escape-\x1b[31mred\x1b[0m.log",
+)
+NAME_ATTACK_BODY = CORPUS.parent / "hostile_name_body.log"
+ENTRIES = sorted([*(p.name for p in CORPUS.iterdir()), *NAME_ATTACKS])
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz")
 # Entries that still break something, with the reason; strict, so a fix must remove them.
@@ -33,7 +41,7 @@ READER_FAILED = "reader failed"
 def corpus_incident(tmp_path: Path, name: str) -> Path:
     """A copy of one corpus entry as an incident folder of its own."""
     incident = tmp_path / "incident"
-    src = CORPUS / name
+    src = NAME_ATTACK_BODY if name in NAME_ATTACKS else CORPUS / name
     if src.is_dir():
         shutil.copytree(src, incident)
     else:

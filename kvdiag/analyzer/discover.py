@@ -189,11 +189,9 @@ def discover(root: Path, scratch: Path | None = None) -> Discovery:
         if ingester is None:
             set_aside.append(_set_aside(path, rel, why))
             continue
-        size = path.stat().st_size if ingester.max_bytes is not None else 0
-        if ingester.max_bytes is not None and size > ingester.max_bytes:
-            why = (
-                f"{size:,} bytes: over the {ingester.max_bytes:,}-byte limit for a file read whole"
-            )
+        limit = ingester.max_bytes
+        if limit is not None and (size := path.stat().st_size) > limit:
+            why = f"{size:,} bytes: over the {limit:,}-byte limit for a file read whole"
             set_aside.append(InputRecord(rel, ingester.kind, "skipped", why, size))
             continue
         key = ingester.series_key(rel) or rel

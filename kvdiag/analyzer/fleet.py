@@ -35,7 +35,7 @@ from kvdiag.analyzer.timeseries import counter_totals, samples
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.kv303_replica_imbalance import ReplicaImbalance
 from kvdiag.rules.kv304_headroom import KvHeadroom
-from kvdiag.rules.load import load_points
+from kvdiag.rules.load import points_by_replica
 
 FLEET_CODE = ReplicaImbalance.code  # judged across replicas, not within one
 
@@ -123,10 +123,10 @@ def _with_headroom(given: FleetInput, rows: list[ReplicaVerdict]) -> list[Replic
     rule = KvHeadroom()
     values = thresholds_for(KvHeadroom, given.opts.thresholds)
     ctx = RuleContext(rule, given.reader, given.facts, values)
-    points = load_points(ctx)
+    parts = points_by_replica(ctx)
     judged = {}
     for row in quiet:
-        part = points.filter(pl.col("replica") == row.replica)
+        part = parts.get(row.replica, pl.DataFrame())
         verdict = rule.judge_replica(ctx, row.replica, part) if part.height else "no load"
         if isinstance(verdict, str):
             reason = verdict.removeprefix(f"{row.replica}: ")

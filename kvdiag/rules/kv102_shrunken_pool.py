@@ -11,7 +11,7 @@ from kvdiag.analyzer.model import Comparison, Finding, IncidentClass, Remedy, Ru
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.card import Card, card
 from kvdiag.rules.ledger import TERM_LABELS, Ledger, fmt_gib, nominal_pool_gib, waterfall
-from kvdiag.rules.load import load_points, preemptions
+from kvdiag.rules.load import load_points, points_by_replica, preemptions
 from kvdiag.rules.queries import col_max
 from kvdiag.rules.vocabulary import two_engines, vocabularies, vocabulary
 from kvdiag.rules.workload import fmt_tokens, pct
@@ -83,7 +83,7 @@ class ShrunkenPool(Rule):
             return
         points = load_points(ctx)
         if multi and points.height:
-            points = points.filter(pl.col("replica") == c.replica)
+            points = points_by_replica(ctx).get(str(c.replica), points.clear())
         peak = col_max(points, "usage") if points.height else None
         if c.explicit:
             yield from self._explicit(ctx, c, peak, points, scope)

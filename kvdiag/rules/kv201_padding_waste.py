@@ -10,7 +10,7 @@ from kvdiag.analyzer.model import Comparison, Finding, IncidentClass, Remedy, Ru
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.demand import slots
 from kvdiag.rules.episodes import best_source
-from kvdiag.rules.load import load_points, usage_evidence
+from kvdiag.rules.load import points_by_replica, usage_evidence
 from kvdiag.rules.queries import col_median
 from kvdiag.rules.radix import evictable_added_back
 from kvdiag.rules.vocabulary import vocabulary
@@ -42,14 +42,10 @@ class PaddingWaste(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterable[Finding | Comparison | RuledOut]:
-        points = load_points(ctx)
-        if points.is_empty():
-            return
-        replicas = sorted(points["replica"].unique().to_list())
-        for name in replicas:
+        replicas = points_by_replica(ctx)
+        for name, part in replicas.items():
             scope = name if len(replicas) > 1 else None
-            part = best_source(points.filter(pl.col("replica") == name))
-            yield from self._replica(ctx, scope, part)
+            yield from self._replica(ctx, scope, best_source(part))
 
     def _replica(
         self, ctx: RuleContext, scope: str | None, part: pl.DataFrame

@@ -18,7 +18,7 @@ from kvdiag.analyzer.model import (
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.episodes import best_source
-from kvdiag.rules.load import load_points, usage_evidence, waiting_evidence
+from kvdiag.rules.load import load_points, points_by_replica, usage_evidence, waiting_evidence
 from kvdiag.rules.queries import col_max, first_max, prefix_hit_rate
 from kvdiag.rules.vocabulary import Vocabulary, vocabulary
 from kvdiag.rules.workload import Lengths, fmt_tokens, lengths, pct, pool
@@ -67,12 +67,11 @@ class PrefillPeak(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterable[Finding | Comparison | RuledOut]:
-        points = load_points(ctx)
-        replicas = sorted(points["replica"].unique().to_list()) if points.height else [None]
-        for name in replicas:
-            multi = len(replicas) > 1
-            part = points.filter(pl.col("replica") == name) if name is not None else points
-            yield from self._replica(ctx, name if multi else None, part)
+        replicas = points_by_replica(ctx)
+        if not replicas:
+            yield from self._replica(ctx, None, load_points(ctx))
+        for name, part in replicas.items():
+            yield from self._replica(ctx, name if len(replicas) > 1 else None, part)
 
     def _replica(
         self, ctx: RuleContext, scope: str | None, part: pl.DataFrame

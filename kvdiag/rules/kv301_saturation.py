@@ -22,7 +22,7 @@ from kvdiag.rules.episodes import best_source
 from kvdiag.rules.load import (
     Preemptions,
     Pressure,
-    load_points,
+    points_by_replica,
     preemptions,
     pressure,
     usage_evidence,
@@ -95,12 +95,8 @@ class KvSaturation(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterable[Finding | Comparison | RuledOut]:
-        points = load_points(ctx)
-        if points.is_empty():
-            return
-        replicas = sorted(points["replica"].unique().to_list())
-        for name in replicas:
-            part = points.filter(pl.col("replica") == name)
+        replicas = points_by_replica(ctx)
+        for name, part in replicas.items():
             rep = self._gather(ctx, name, part, multi=len(replicas) > 1)
             yield from _comparisons(ctx, rep, multi=len(replicas) > 1)
             yield from self._decide(ctx, rep, multi=len(replicas) > 1)

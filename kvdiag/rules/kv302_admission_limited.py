@@ -11,7 +11,7 @@ from kvdiag.analyzer.model import Evidence, Finding, IncidentClass, Remedy, Rule
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.episodes import Episode, best_source, episodes
 from kvdiag.rules.load import (
-    load_points,
+    points_by_replica,
     preemptions,
     pressure,
     usage_evidence,
@@ -60,13 +60,9 @@ class AdmissionLimited(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterable[Finding | RuledOut]:
-        points = load_points(ctx)
-        if points.is_empty():
-            return
-        replicas = sorted(points["replica"].unique().to_list())
-        for name in replicas:
-            multi = len(replicas) > 1
-            yield from self._replica(ctx, name, points.filter(pl.col("replica") == name), multi)
+        replicas = points_by_replica(ctx)
+        for name, part in replicas.items():
+            yield from self._replica(ctx, name, part, len(replicas) > 1)
 
     def _replica(
         self, ctx: RuleContext, name: str, part: pl.DataFrame, multi: bool

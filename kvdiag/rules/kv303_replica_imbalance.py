@@ -18,7 +18,7 @@ from kvdiag.analyzer.model import (
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.episodes import best_source
-from kvdiag.rules.load import load_points, usage_evidence, waiting_evidence
+from kvdiag.rules.load import points_by_replica, usage_evidence, waiting_evidence
 from kvdiag.rules.queries import col_max, first_max, histogram_mean
 from kvdiag.rules.workload import pct
 
@@ -70,11 +70,10 @@ class ReplicaImbalance(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterable[Finding | Comparison | RuledOut]:
-        points = load_points(ctx)
-        names = sorted(points["replica"].unique().to_list()) if points.height else []
-        if len(names) < 2:
+        replicas = points_by_replica(ctx)
+        if len(replicas) < 2:
             return  # one replica: nothing to compare
-        reps = [_summary(ctx, n, best_source(points.filter(pl.col("replica") == n))) for n in names]
+        reps = [_summary(ctx, n, best_source(part)) for n, part in replicas.items()]
         for r in reps:
             yield ctx.compare(
                 f"p95 KV usage [{r.name}]",

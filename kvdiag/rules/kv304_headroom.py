@@ -9,7 +9,7 @@ import polars as pl
 from kvdiag.analyzer.model import Evidence, Finding, IncidentClass, RuledOut, Severity
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.demand import Demand
-from kvdiag.rules.load import load_points, preemptions, pressure, usage_evidence
+from kvdiag.rules.load import points_by_replica, preemptions, pressure, usage_evidence
 from kvdiag.rules.queries import col_max, first_max
 from kvdiag.rules.vocabulary import vocabulary
 from kvdiag.rules.workload import fmt_request, fmt_tokens, lengths, pct, pool
@@ -43,14 +43,10 @@ class KvHeadroom(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterable[Finding | RuledOut]:
-        points = load_points(ctx)
-        if points.is_empty():
+        replicas = points_by_replica(ctx)
+        if not replicas:
             return
-        replicas = sorted(points["replica"].unique().to_list())
-        verdicts = [
-            self._replica(ctx, r, points.filter(pl.col("replica") == r), len(replicas) > 1)
-            for r in replicas
-        ]
+        verdicts = [self._replica(ctx, r, part, len(replicas) > 1) for r, part in replicas.items()]
         blockers = [v for v in verdicts if isinstance(v, str)]
         if blockers:
             yield ctx.rule_out("; ".join(blockers))

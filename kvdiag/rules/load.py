@@ -91,6 +91,22 @@ def load_points(ctx: RuleContext) -> pl.DataFrame:
     return ctx.store.memo("load_points", lambda: _load_points(ctx))
 
 
+def points_by_replica(ctx: RuleContext) -> dict[str, pl.DataFrame]:
+    """`load_points` split by replica once per analysis, in replica-name order.
+
+    Every layer-3 rule walks the replicas; filtering the whole frame for each one would cost
+    replicas x rows per rule. The frames are shared: not to be changed.
+    """
+    return ctx.store.memo("load_points_by_replica", lambda: _split(load_points(ctx)))
+
+
+def _split(points: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    if points.is_empty():
+        return {}
+    parts = points.partition_by("replica", as_dict=True)
+    return {key[0]: parts[key] for key in sorted(parts)}
+
+
 def _load_points(ctx: RuleContext) -> pl.DataFrame:
     parts = [p.select(COLUMNS) for p in (_metric_points(ctx), _log_points(ctx)) if p.height]
     if not parts:

@@ -58,10 +58,11 @@ def frame_lines(chunk: bytes, first_line: int, lines: int | None = None) -> pl.D
     """
     if _SEP in chunk:
         chunk = chunk.replace(_SEP, b" ")
-    if chunk.startswith(_COMPRESSED_MAGIC):
-        return _first_line_apart(chunk, first_line, lines)
+    # polars sniffs leading gzip/zlib/zstd magic ('x^' is a zlib header) and would inflate the
+    # text: a leading empty line, dropped again below, keeps it reading text.
+    skip = 1 if chunk.startswith(_COMPRESSED_MAGIC) else 0
     frame = pl.read_csv(
-        io.BytesIO(chunk),
+        io.BytesIO(b"\n" + chunk if skip else chunk),
         has_header=False,
         separator=_SEP.decode(),
         quote_char=None,
@@ -69,32 +70,12 @@ def frame_lines(chunk: bytes, first_line: int, lines: int | None = None) -> pl.D
         schema={"text": pl.String},
         encoding="utf8-lossy",
     )
-    if lines is not None and frame.height > lines:
-        frame = frame.head(lines)
+    frame = frame.slice(skip, lines)
     return (
         frame.with_columns(pl.col("text").fill_null(""))
         .with_row_index("line_no", offset=first_line)
         .with_columns(pl.col("line_no").cast(pl.Int64))
     )
-
-
-def _first_line_apart(chunk: bytes, first_line: int, lines: int | None) -> pl.DataFrame:
-    """A chunk whose first bytes look compressed ('x^' is a zlib header) to polars, which
-    would inflate it: the first line is split off by hand, the rest read as usual."""
-    head, newline, rest = chunk.partition(b"\n")
-    first = pl.DataFrame(
-        {"line_no": [first_line], "text": [head.decode("utf-8", "replace")]},
-        schema={"line_no": pl.Int64, "text": pl.String},
-    )
-    if not newline or not rest or lines == 1:
-        return first
-    tail = frame_lines(b" " + rest, first_line + 1, None if lines is None else lines - 1)
-    # the space keeps the next line from starting with magic too; take it back off
-    second = pl.col("line_no") == first_line + 1
-    tail = tail.with_columns(
-        pl.when(second).then(pl.col("text").str.slice(1)).otherwise(pl.col("text")).alias("text")
-    )
-    return pl.concat([first, tail])
 
 
 def iter_line_batches(
