@@ -115,8 +115,8 @@ WHERE ts IS NOT NULL AND {column} IS NOT NULL GROUP BY ALL
 """
 
 
-def _metric_frame(reader: StoreReader, spec: _Spec) -> tuple[pl.DataFrame, str]:
-    """The series from /metrics, and the names it was read under."""
+def _metric_query(reader: StoreReader, spec: _Spec) -> tuple[str, list[object], str]:
+    """The full-resolution query of the series from /metrics, and the names it was read under."""
     assert spec.metric is not None
     if spec.kind == "p99":
         window_us = int(_quantile_window_s(reader, spec.metric) * 1e6)
@@ -125,12 +125,12 @@ def _metric_frame(reader: StoreReader, spec: _Spec) -> tuple[pl.DataFrame, str]:
         query = _METRIC_QUERIES[spec.kind]
         suffix = "total" if spec.kind in ("cumulative", "rate") else ""
         params = [spec.metric, suffix]
-    frame = reader.sql(query, params)
     names = reader.sql(
         "SELECT DISTINCT name FROM metric_samples WHERE metric = ? AND suffix = ? ORDER BY name",
         [spec.metric, suffix],
     )["name"].to_list()
-    return frame, ", ".join(names)
+    scaled = f"SELECT replica, ts, value * {spec.scale!r} AS value FROM ({query})"
+    return scaled, list(params), ", ".join(names)
 
 
 def _quantile_window_s(reader: StoreReader, metric: str) -> float:
@@ -143,62 +143,67 @@ def _quantile_window_s(reader: StoreReader, metric: str) -> float:
     return max(MIN_QUANTILE_WINDOW_S, 4 * float(step or 0))
 
 
-def _stats_frame(reader: StoreReader, spec: _Spec) -> tuple[pl.DataFrame, str]:
+def _stats_query(reader: StoreReader, spec: _Spec) -> tuple[str, list[object], str]:
     """The series from the stats lines (preemptions there are per line, so accumulate)."""
     assert spec.stats_column is not None
     agg = "max" if spec.kind == "gauge_max" else "sum"
-    frame = reader.sql(_STATS.format(agg=agg, column=spec.stats_column))
-    if spec.kind == "cumulative" and frame.height:
-        frame = frame.sort("replica", "ts").with_columns(pl.col("value").cum_sum().over("replica"))
+    query = _STATS.format(agg=agg, column=spec.stats_column)
+    if spec.kind == "cumulative":
+        query = (
+            "SELECT replica, ts, sum(value) OVER (PARTITION BY replica ORDER BY ts "
+            f"ROWS UNBOUNDED PRECEDING) AS value FROM ({query})"
+        )
     paths = reader.sql(
         f"SELECT DISTINCT source_path FROM log_stats WHERE {spec.stats_column} IS NOT NULL "
         "ORDER BY source_path"
     )["source_path"].to_list()
-    return frame, f"stats lines of {', '.join(paths)}"
+    return query, [], f"stats lines of {', '.join(paths)}"
 
 
-def _read(reader: StoreReader, spec: _Spec) -> tuple[pl.DataFrame, str]:
-    """Full-resolution (replica, ts, value) in the series' unit, and its source."""
-    frame, source = pl.DataFrame(), ""
+def _charted(query: str) -> str:
+    """The rows of a (replica, ts, value) query that can be charted."""
+    return f"SELECT * FROM ({query}) WHERE value IS NOT NULL AND isfinite(value)"
+
+
+def _read(reader: StoreReader, spec: _Spec) -> tuple[str, list[object], pl.DataFrame, str]:
+    """The series' full-resolution query, its downsampled rows and its source.
+
+    The reduction runs in DuckDB: a day of stats lines or scrapes is millions of rows, of
+    which a chart keeps MAX_POINTS per replica.
+    """
     if spec.metric is not None:
-        frame, names = _metric_frame(reader, spec)
-        frame = frame.with_columns(pl.col("value") * spec.scale)
-        source = f"metrics: {names}"
-    if frame.is_empty() and spec.stats_column is not None:
-        frame, source = _stats_frame(reader, spec)
-    if frame.is_empty():
-        return frame, source
-    frame = frame.drop_nulls("value").filter(pl.col("value").is_finite())
-    return frame.sort("replica", "ts"), source
+        query, params, names = _metric_query(reader, spec)
+        small = reader.sql(downsampled(_charted(query), spec.downsample), params)
+        if small.height or spec.stats_column is None:
+            return query, params, small, f"metrics: {names}"
+    query, params, source = _stats_query(reader, spec)
+    return query, params, reader.sql(downsampled(_charted(query), spec.downsample)), source
 
 
-def downsample(frame: pl.DataFrame, how: str, max_points: int = MAX_POINTS) -> pl.DataFrame:
-    """At most max_points rows per replica: equal time buckets, keeping each bucket's peak
-    (or mean, for rates) at the bucket's first time."""
-    parts = []
-    for _, part in frame.group_by("replica", maintain_order=True):
-        if part.height <= max_points:
-            parts.append(part)
-            continue
-        us = part["ts"].dt.epoch("us")
-        t0, span = int(us.min()), int(us.max()) - int(us.min()) + 1  # type: ignore[arg-type]
-        bucket = ((pl.col("ts").dt.epoch("us") - t0) * max_points // span).alias("bucket")
-        agg = pl.col("value").max() if how == "max" else pl.col("value").mean()
-        parts.append(
-            part.group_by(bucket, maintain_order=True)
-            .agg(pl.col("replica").first(), pl.col("ts").first(), agg)
-            .drop("bucket")
-        )
-    return pl.concat(parts).select("replica", "ts", "value")
+def downsampled(query: str, how: str, max_points: int = MAX_POINTS) -> str:
+    """SQL: at most max_points rows per replica of a (replica, ts, value) query, by replica
+    and time: equal time buckets, keeping each bucket's peak (or mean, for rates) at the
+    bucket's first time. A series that fits keeps its rows."""
+    agg = "max" if how == "max" else "avg"
+    return f"""
+WITH q AS ({query}),
+b AS (SELECT replica, epoch_us(min(ts)) AS t0, epoch_us(max(ts)) - epoch_us(min(ts)) + 1 AS span,
+             count(*) AS n FROM q GROUP BY replica),
+k AS (SELECT q.replica, q.ts, q.value,
+             CASE WHEN b.n <= {int(max_points)} THEN epoch_us(q.ts)
+                  ELSE (epoch_us(q.ts) - b.t0) * {int(max_points)} // b.span END AS bucket
+      FROM q JOIN b USING (replica))
+SELECT replica, min(ts) AS ts, {agg}(value) AS value FROM k GROUP BY replica, bucket
+ORDER BY replica, ts
+"""
 
 
 def _iso(frame: pl.DataFrame) -> list[str]:
     return frame["ts"].dt.strftime("%Y-%m-%dT%H:%M:%S%.3f").to_list()
 
 
-def _to_series(spec: _Spec, frame: pl.DataFrame, source: str) -> list[Series]:
+def _to_series(spec: _Spec, small: pl.DataFrame, source: str) -> list[Series]:
     out = []
-    small = downsample(frame, spec.downsample)
     for (replica,), part in small.group_by("replica", maintain_order=True):
         values = [float(f"{v:.6g}") for v in part["value"].to_list()]
         points = tuple(zip(_iso(part), values, strict=True))
@@ -206,35 +211,37 @@ def _to_series(spec: _Spec, frame: pl.DataFrame, source: str) -> list[Series]:
     return out
 
 
-def incident_window(usage: pl.DataFrame, waiting: pl.DataFrame) -> tuple[str, str] | None:
+def incident_window(spans: list[pl.DataFrame]) -> tuple[str, str] | None:
     """From the first to the last moment usage was >= 90 % or a request waited."""
-    hot = pl.concat(
-        [
-            usage.filter(pl.col("value") >= WINDOW_USAGE_PCT).select("ts"),
-            waiting.filter(pl.col("value") > 0).select("ts"),
-        ]
-    )
-    if hot.is_empty():
+    hot = pl.concat(spans).drop_nulls("ts") if spans else None
+    if hot is None or hot.is_empty():
         return None
     span = pl.concat([hot.select(pl.col("ts").min()), hot.select(pl.col("ts").max())])
     first, last = _iso(span)
     return first, last
 
 
-_EMPTY = pl.DataFrame(schema={"replica": pl.String, "ts": pl.Datetime("us"), "value": pl.Float64})
+# The rows of each series that open the incident window.
+_HOT = {"kv_cache_usage": f"value >= {WINDOW_USAGE_PCT!r}", "num_requests_waiting": "value > 0"}
 
 
 def build_series(reader: StoreReader) -> tuple[tuple[Series, ...], tuple[str, str] | None]:
     """Every charted series (per replica, downsampled) and the incident window."""
     series: list[Series] = []
-    full: dict[str, pl.DataFrame] = {}
+    spans: list[pl.DataFrame] = []
     for spec in SPECS:
-        frame, source = _read(reader, spec)
-        if frame.is_empty():
+        query, params, small, source = _read(reader, spec)
+        if small.is_empty():
             continue
-        full[spec.name] = frame.select("replica", "ts", "value")
-        series += _to_series(spec, frame, source)
-    window = incident_window(
-        full.get("kv_cache_usage", _EMPTY), full.get("num_requests_waiting", _EMPTY)
+        if spec.name in _HOT:
+            spans.append(reader.sql(_hot_span(query, _HOT[spec.name]), params))
+        series += _to_series(spec, small, source)
+    return tuple(series), incident_window(spans)
+
+
+def _hot_span(query: str, condition: str) -> str:
+    """SQL: the first and the last time of the query's rows that meet the condition."""
+    return (
+        f"WITH h AS ({_charted(query)}) SELECT min(ts) AS ts FROM h WHERE {condition} "
+        f"UNION ALL SELECT max(ts) AS ts FROM h WHERE {condition}"
     )
-    return tuple(series), window

@@ -17,7 +17,16 @@ from kvdiag.rules.queries import col_max, col_median
 
 @dataclass(frozen=True, slots=True)
 class Episode:
-    rows: pl.DataFrame  # the observations, in time order
+    """A run of `length` observations from `offset` of a time-ordered frame."""
+
+    frame: pl.DataFrame
+    offset: int
+    length: int
+
+    @property
+    def rows(self) -> pl.DataFrame:
+        """The observations, in time order (a view: slices are not copies)."""
+        return self.frame.slice(self.offset, self.length)
 
     @property
     def start(self) -> datetime | None:
@@ -54,20 +63,28 @@ def episodes(points: pl.DataFrame, min_waiting: float) -> list[Episode]:
     """Queue episodes of one replica from one source (pass metrics or log points, not both)."""
     if points.is_empty():
         return []
-    ordered = points.sort("ts", nulls_last=True, maintain_order=True)
-    queued = (ordered["waiting"].fill_null(0) >= min_waiting).to_list()
-    out: list[Episode] = []
-    start: int | None = None
-    for i, flag in enumerate([*queued, False]):
-        if flag and start is None:
-            start = i
-        elif not flag and start is not None:
-            out.append(Episode(ordered.slice(start, i - start)))
-            start = None
-    return out
+    ordered = by_time(points)
+    queued = ordered["waiting"].fill_null(0) >= min_waiting
+    # +1 where a run of queued observations starts, -1 just past where it ends; a day of
+    # stats lines holds tens of thousands of runs, found here without a Python loop.
+    edges = pl.concat([pl.Series([False]), queued, pl.Series([False])]).cast(pl.Int8).diff()
+    edges = edges.slice(1)
+    starts = (edges == 1).arg_true().to_list()
+    ends = (edges == -1).arg_true().to_list()
+    return [Episode(ordered, s, e - s) for s, e in zip(starts, ends, strict=True)]
 
 
 def best_source(points: pl.DataFrame) -> pl.DataFrame:
     """Scrapes when there are any (finer grained), else the stats lines."""
+    if points["origin"].n_unique() <= 1:
+        return points  # one source: no copy (a day of stats lines is millions of rows)
     scraped = points.filter(pl.col("origin") == "metrics")
     return scraped if scraped.height else points.filter(pl.col("origin") == "log")
+
+
+def by_time(points: pl.DataFrame) -> pl.DataFrame:
+    """The rows in time order (stable, undated rows last); no copy when already so."""
+    ts = points["ts"]
+    if not ts.null_count() and ts.is_sorted():
+        return points
+    return points.sort("ts", nulls_last=True, maintain_order=True)

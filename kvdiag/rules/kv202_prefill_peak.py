@@ -17,8 +17,14 @@ from kvdiag.analyzer.model import (
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.episodes import best_source
-from kvdiag.rules.load import load_points, points_by_replica, usage_evidence, waiting_evidence
+from kvdiag.rules.episodes import best_source, by_time
+from kvdiag.rules.load import (
+    load_points,
+    point_evidence,
+    points_by_replica,
+    usage_evidence,
+    waiting_evidence,
+)
 from kvdiag.rules.queries import col_max, first_max, prefix_hit_rate
 from kvdiag.rules.vocabulary import Vocabulary, vocabulary
 from kvdiag.rules.workload import Lengths, fmt_tokens, lengths, pct, pool
@@ -166,14 +172,14 @@ def _held_text(ctx: RuleContext, part: pl.DataFrame, lens: Lengths, scope: str |
 
 def _step(ctx: RuleContext, part: pl.DataFrame) -> Evidence | None:
     """The largest one-observation jump in usage: a prompt admitted in one step."""
-    src = best_source(part).sort("ts", nulls_last=True)
+    src = by_time(best_source(part))
     if src.height < 2:
         return None
     jumps = src.with_columns((pl.col("usage") - pl.col("usage").shift(1)).alias("step"))
     row = first_max(jumps.drop_nulls("step"), "step")
     if row is None or row["step"] <= 0:
         return None
-    return ctx.evidence(row, "kv_usage_step_up", round(float(row["step"]), 4))
+    return point_evidence(ctx, row, "kv_usage_step_up", round(float(row["step"]), 4))
 
 
 def _prefill_line(ctx: RuleContext, scope: str | None) -> Evidence | None:

@@ -18,14 +18,16 @@ from kvdiag.analyzer.model import (
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.demand import Demand, trend
-from kvdiag.rules.episodes import best_source
+from kvdiag.rules.episodes import best_source, by_time
 from kvdiag.rules.load import (
     Preemptions,
     Pressure,
+    point_evidence,
     points_by_replica,
     preemptions,
     pressure,
     usage_evidence,
+    waiting_cited,
     waiting_evidence,
 )
 from kvdiag.rules.peak import saturation_remedies
@@ -226,7 +228,7 @@ def _full_title(rep: _Replica) -> str:
 
 def _fill_time(rep: _Replica, full: float) -> str:
     """How fast the pool filled: from the last low point before it first reached full."""
-    src = best_source(rep.points).drop_nulls("ts").sort("ts")
+    src = by_time(best_source(rep.points).select("ts", "usage")).drop_nulls("ts")
     hits = src.with_row_index().filter(pl.col("usage") >= full)
     if hits.is_empty():
         return ""
@@ -255,7 +257,7 @@ def _full_evidence(ctx: RuleContext, rep: _Replica) -> list[Evidence]:
     ):
         if row is not None:
             value = f"{row['usage']:.1%} / {int(row['waiting'])} waiting"
-            ev.append(ctx.evidence(row, "kv_usage_with_waiting", value))
+            ev.append(point_evidence(ctx, row, "kv_usage_with_waiting", value))
     ev += list(rep.pre.evidence) + list(rep.pressure.evidence)
     if hot_scraped.height:
         ev.append(usage_evidence(ctx, hot_scraped.row(0, named=True)))
@@ -292,7 +294,8 @@ def _comparisons(ctx: RuleContext, rep: _Replica, multi: bool) -> Iterator[Compa
         "expected: the level counted as full",
     )
     waiting_row = first_max(rep.points, "waiting")
-    waited = [waiting_evidence(ctx, waiting_row)] if waiting_row and waiting_row["w_path"] else []
+    cited = waiting_row is not None and waiting_cited(waiting_row)
+    waited = [waiting_evidence(ctx, waiting_row)] if waiting_row and cited else []
     yield ctx.compare(f"max waiting requests{tag}", 0, rep.max_waiting, "requests", waited)
     yield ctx.compare(
         f"{rep.words.word('preemptions')}{tag}",

@@ -71,7 +71,7 @@ class AdmissionLimited(Rule):
         found = [
             e
             for e in episodes(best_source(part), ctx.threshold("min_waiting"))
-            if e.rows.height >= ctx.threshold("min_points")
+            if e.length >= ctx.threshold("min_points")
         ]
         if not found:
             if not col_max(part, "waiting"):
@@ -214,13 +214,12 @@ def _concurrency_cap(
             )
         )
     row = ep.row_of_max("running")
-    src = {"source_path": row["source_path"], "source_line": row["source_line"], "raw": row["raw"]}
     return _Limiter(
         "concurrency cap",
         f"running requests held at {top} in {pinned} of {ep.rows.height} observations while "
         f"the pool had room: {words.name('max_num_seqs')} (not in the inputs) or a LoRA slot "
         "limit",
-        [ctx.evidence(src | {"ts": row["ts"]}, "kv_cache_usage_at_cap", round(row["usage"], 4))],
+        [usage_evidence(ctx, row, "kv_cache_usage_at_cap")],
         remedies,
     )
 
