@@ -245,10 +245,16 @@ def duplicate_scrapes(reader: StoreReader) -> Found:
         "FROM scrapes WHERE origin = 'body' AND ts IS NOT NULL GROUP BY replica, ts "
         "HAVING count(*) > 1 ORDER BY replica, ts"
     )
+    if dups.is_empty():
+        return [], []
+    # Only the moments scraped twice: over every sample this grouping took 23 s for 10,000
+    # scrapes.
     conflicts = reader.sql(
+        "WITH d AS (SELECT replica, ts FROM scrapes WHERE origin = 'body' "
+        "AND ts IS NOT NULL GROUP BY replica, ts HAVING count(*) > 1) "
         "SELECT replica, ts, any_value(metric) AS metric, min(value) AS low, max(value) AS high "
-        "FROM metric_samples "
-        "WHERE ts IS NOT NULL GROUP BY replica, ts, name, series, le "
+        "FROM metric_samples SEMI JOIN d USING (replica, ts) "
+        "GROUP BY replica, ts, name, series, le "
         "HAVING count(DISTINCT value) > 1 ORDER BY replica, ts, metric"
     )
     problems, doubts = [], []

@@ -59,22 +59,28 @@ def _metric_points(ctx: RuleContext) -> pl.DataFrame:
         ).unique(subset=_KEY, keep="first", maintain_order=True)
         frame = frame.join(picked, on=_KEY, how="left", nulls_equal=True)
     frame = frame.drop([c for c in frame.columns if c.startswith("r_")])
-    return frame.with_columns(pl.lit("metrics").alias("origin")).drop("engine")
+    return frame.with_columns(
+        pl.lit("metrics").alias("origin"), pl.lit(None, pl.Int64).alias("row_id")
+    ).drop("engine")
 
 
 def _log_points(ctx: RuleContext) -> pl.DataFrame:
-    # The raw text stays in the store: it is most of the frame's bytes (a stats line is
-    # ~230 characters, the numbers ~40 bytes) and only the few cited rows need it
-    # (`point_evidence` reads it back). A stats line is its own waiting sample, so the
-    # w_ columns, which cite the waiting sample of a scrape, are left empty.
+    # Numbers only: the provenance stays in the store and the few cited rows read it back
+    # by row id (`point_evidence`); a stats line is ~230 characters against ~50 bytes of
+    # numbers, and a day of them is millions of rows. DuckDB sorts (within its memory
+    # limit; a polars sort held twice the frame); file_no stands for the file's name.
     stats = ctx.sql(
         "SELECT replica, ts, kv_usage_pct / 100.0 AS usage, CAST(waiting AS DOUBLE) AS waiting, "
-        "CAST(running AS DOUBLE) AS running, source_path, source_line, NULL::VARCHAR AS raw, "
-        "NULL::VARCHAR AS w_path, NULL::BIGINT AS w_line, NULL::VARCHAR AS w_raw, 'log' AS origin "
-        "FROM log_stats WHERE kv_usage_pct IS NOT NULL "
-        "ORDER BY replica, ts NULLS FIRST, source_path, source_line"
+        "CAST(running AS DOUBLE) AS running, source_line, rowid AS row_id "
+        "FROM log_stats JOIN (SELECT source_path, row_number() OVER (ORDER BY source_path) "
+        "AS file_no FROM (SELECT DISTINCT source_path FROM log_stats)) f USING (source_path) "
+        "WHERE kv_usage_pct IS NOT NULL ORDER BY replica, ts NULLS FIRST, file_no, source_line"
     )
-    return stats
+    return stats.with_columns(
+        *(pl.lit(None, pl.String).alias(c) for c in ("source_path", "raw", "w_path", "w_raw")),
+        pl.lit(None, pl.Int64).alias("w_line"),
+        pl.lit("log").alias("origin"),
+    )
 
 
 COLUMNS = [
@@ -88,6 +94,7 @@ COLUMNS = [
     "w_line",
     "w_raw",
     "origin",
+    "row_id",  # a stats line's row in log_stats (its provenance is read back by it)
 ]
 
 
@@ -125,18 +132,18 @@ def _load_points(ctx: RuleContext) -> pl.DataFrame:
 
 
 def point_evidence(ctx: RuleContext, row: Mapping[str, Any], what: str, value: Any) -> Evidence:
-    """Evidence from a row of `load_points`, its raw line read back from the store."""
-    if row.get("raw") is None and row.get("origin") == "log":
-        row = {**row, "raw": _stats_line(ctx, row["source_path"], row["source_line"])}
-    return ctx.evidence(row, what, value)
+    """Evidence from a row of `load_points`."""
+    return ctx.evidence(_cited(ctx, row), what, value)
 
 
-def _stats_line(ctx: RuleContext, path: str, line: int | None) -> str | None:
-    if line is None:
-        return None
-    query = "SELECT raw FROM log_stats WHERE source_path = ? AND source_line = ? LIMIT 1"
-    raw = ctx.store.memo(("stats_raw", path, line), lambda: ctx.store.scalar(query, [path, line]))
-    return str(raw) if raw is not None else None
+def _cited(ctx: RuleContext, row: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The row with its provenance: a stats line's is read back from the store."""
+    row_id = row.get("row_id")
+    if row.get("origin") != "log" or row_id is None:
+        return row
+    query = "SELECT source_path, source_line, raw FROM log_stats WHERE rowid = ?"
+    found = ctx.store.memo(("stats_row", row_id), lambda: ctx.sql(query, [row_id]))
+    return {**row, **found.row(0, named=True)} if found.height else row
 
 
 def usage_evidence(ctx: RuleContext, row: dict[str, Any], what: str = "kv_cache_usage") -> Evidence:
@@ -150,7 +157,7 @@ def waiting_cited(row: Mapping[str, Any]) -> bool:
 
 def waiting_evidence(ctx: RuleContext, row: dict[str, Any]) -> Evidence:
     if row["origin"] == "log":
-        src = {k: row[k] for k in ("source_path", "source_line", "raw", "ts", "origin")}
+        src = _cited(ctx, row)
     else:
         src = {"source_path": row["w_path"], "source_line": row["w_line"], "raw": row["w_raw"]}
         src |= {"ts": row["ts"], "origin": row["origin"]}
