@@ -8,12 +8,7 @@ releases the GIL), while the main thread reads ahead and hands rows to the store
 
 from __future__ import annotations
 
-import os
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
 
 import polars as pl
 
@@ -127,37 +122,3 @@ def _stamped(parsed: Parsed) -> int:
     if "cts" not in parsed.frame.columns:
         return 0
     return int(parsed.frame.select(pl.col("cts").is_not_null().sum()).item())
-
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def workers() -> int:
-    """Threads that parse batches: one per core, at most four (memory grows with each)."""
-    return max(1, min(4, os.cpu_count() or 1))
-
-
-def ordered_map(
-    fn: Callable[[T], R], items: Iterable[T], threads: int | None = None
-) -> Iterator[R]:
-    """fn over items on worker threads, results in input order, a bounded number in flight.
-
-    Closing the iterator (an interrupt) cancels what has not started and waits for the
-    batches being parsed, so no thread outlives the reader.
-    """
-    threads = threads or workers()
-    if threads == 1:
-        yield from map(fn, items)
-        return
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="kvdiag-batch")
-    pending: deque[Future[R]] = deque()
-    try:
-        for item in items:
-            pending.append(pool.submit(fn, item))
-            if len(pending) > threads:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import datetime
+from typing import NamedTuple
 
 import polars as pl
 
@@ -42,6 +43,7 @@ from kvdiag.analyzer.ingest.base import (
     Tally,
 )
 from kvdiag.analyzer.ingest.metric_tables import SampleBuilder, TemplateTally
+from kvdiag.analyzer.ingest.parallel import ordered_map
 from kvdiag.analyzer.ingest.prom_lines import LineBatch, batches, read_batch
 from kvdiag.analyzer.ingest.prom_parse import ParsedLines, parse_lines
 from kvdiag.analyzer.ingest.scrape_time import (
@@ -97,14 +99,23 @@ class PromTextIngester(Ingester):
         builder = SampleBuilder(aliases, unit.replica)
         tally, templates = Tally(), TemplateTally()
         untimed = valid = read = 0
-        for group in batches(unit.files):
+
+        def prepare(group: list[int]) -> _Prepared:
+            # On a worker thread: reading and parsing are independent per batch, while the
+            # main thread stores the batch before (polars and DuckDB release the GIL).
             batch = read_batch([unit.files[i] for i in group], [unit.rels[i] for i in group])
+            parsed = parse_lines(batch.lines, aliases)
+            starts = _scrape_starts(batch, parsed.boundaries)
+            timed = _timed_samples(batch, parsed.samples, starts)
+            return _Prepared(group, batch, parsed, starts, timed)
+
+        for group, batch, parsed, starts, timed in ordered_map(
+            prepare, batches(unit.files), threads=1, ahead=1
+        ):
             for problem in batch.problems:
                 yield InputProblem(unit.rel, None, problem)
-            parsed = parse_lines(batch.lines, aliases)
             _count_lines(tally, templates, batch, parsed)
-            starts = _scrape_starts(batch, parsed.boundaries)
-            resolved = builder.shape(_timed_samples(batch, parsed.samples, starts), parsed.pairs)
+            resolved = builder.shape(timed, parsed.pairs)  # remembers config: in order
             tally.records += resolved.samples.height
             untimed += resolved.samples["ts"].null_count()
             valid += parsed.sample_rows.len()
@@ -125,6 +136,16 @@ class PromTextIngester(Ingester):
                 "the sample): they are ordered by file and line only"
             )
         yield tally.account(unit.rel, templates.top())
+
+
+class _Prepared(NamedTuple):
+    """One batch of files read, parsed and timed."""
+
+    group: list[int]
+    batch: LineBatch
+    parsed: ParsedLines
+    starts: pl.DataFrame
+    timed: pl.DataFrame
 
 
 def _count_lines(

@@ -31,13 +31,14 @@ from kvdiag.analyzer.ingest.formats import FormatPack, load_pack
 from kvdiag.analyzer.ingest.lines import Chunk, ReadStats, chronological, iter_chunks, rotation_base
 from kvdiag.analyzer.ingest.logaccess import AccessBook
 from kvdiag.analyzer.ingest.logaccess import count_rows as count_access
-from kvdiag.analyzer.ingest.logbatch import BatchResult, LineCounts, count_lines, ordered_map
+from kvdiag.analyzer.ingest.logbatch import BatchResult, LineCounts, count_lines
 from kvdiag.analyzer.ingest.logbatch import read_batch as read_log_batch
 from kvdiag.analyzer.ingest.logconfig import config_rows, decode_dicts
 from kvdiag.analyzer.ingest.logparse import MAX_STORED_LINE, EventRows
 from kvdiag.analyzer.ingest.logpipeline import Parsed, lines_frame, parse_batch, stamp_events
 from kvdiag.analyzer.ingest.logtime import YearState, initial_year
 from kvdiag.analyzer.ingest.logtriage import REJECTED, Lanes, vllm_lanes
+from kvdiag.analyzer.ingest.parallel import ordered_map
 from kvdiag.analyzer.ingest.repair import Repairs
 from kvdiag.analyzer.model import InputProblem, UnmatchedTemplate
 from kvdiag.analyzer.schema import table
