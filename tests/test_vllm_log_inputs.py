@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from kvdiag.analyzer.discover import discover
 from kvdiag.analyzer.ingest.base import Account, IngestContext, TableBatch
 from kvdiag.analyzer.ingest.formats import load_pack
+from kvdiag.analyzer.ingest.logbatch import count_lines
 from kvdiag.analyzer.ingest.logpipeline import lines_frame, parse_batch
 from kvdiag.analyzer.ingest.vllm_log import VllmLogIngester, _FileState
 from tests.conftest import FIXTURES, run_cli
@@ -198,7 +199,7 @@ def test_any_lines_are_accounted_for(lines: list[str]) -> None:
     """Whatever the lines hold, each is parsed, unmatched or undecodable, exactly once."""
     state = _FileState()
     batch = lines_frame([line.replace("\n", " ") for line in lines])
-    state.count(batch.height, parse_batch(batch, load_pack("vllm_log")))
+    state.add_counts(count_lines(batch.height, parse_batch(batch, load_pack("vllm_log"))))
     acct = state.account("x.log", None)
     assert acct.lines_total == len(lines)
     assert acct.balanced()

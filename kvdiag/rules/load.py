@@ -23,6 +23,7 @@ from kvdiag.rules.queries import (
     gauge,
     of_replica,
     replica_part,
+    split_by_replica,
 )
 
 _KEY = ["replica", "engine", "ts"]
@@ -109,17 +110,7 @@ def points_by_replica(ctx: RuleContext) -> dict[str, pl.DataFrame]:
     Every layer-3 rule walks the replicas; filtering the whole frame for each one would cost
     replicas x rows per rule. The frames are shared: not to be changed.
     """
-    return ctx.store.memo("load_points_by_replica", lambda: _split(load_points(ctx)))
-
-
-def _split(points: pl.DataFrame) -> dict[str, pl.DataFrame]:
-    if points.is_empty():
-        return {}
-    names = points["replica"].unique()
-    if names.len() == 1:  # one replica (most incidents): no copy of the whole frame
-        return {names[0]: points}
-    parts = points.partition_by("replica", as_dict=True)
-    return {key[0]: parts[key] for key in sorted(parts)}
+    return ctx.store.memo("load_points_by_replica", lambda: split_by_replica(load_points(ctx)))
 
 
 def _load_points(ctx: RuleContext) -> pl.DataFrame:

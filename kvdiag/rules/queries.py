@@ -22,6 +22,7 @@ __all__ = [
     "of_replica",
     "prefix_hit_rate",
     "replica_part",
+    "split_by_replica",
 ]
 
 _SAMPLE_COLS = "replica, engine, ts, value, reason, le, source_path, source_line, raw"
@@ -57,7 +58,7 @@ def replica_part(
 
     The frame is split once, so asking for each replica of a fleet in turn costs one pass.
     """
-    parts = ctx.store.memo(("parts", key), lambda: _split(frame))
+    parts = ctx.store.memo(("parts", key), lambda: split_by_replica(frame))
     return parts.get(replica, frame.clear())
 
 
@@ -70,10 +71,15 @@ def of_replica(ctx: RuleContext, query: str, replica: str | None) -> pl.DataFram
     return frame if replica is None else replica_part(ctx, ("query", query), frame, replica)
 
 
-def _split(frame: pl.DataFrame) -> dict[Any, pl.DataFrame]:
+def split_by_replica(frame: pl.DataFrame) -> dict[Any, pl.DataFrame]:
+    """The frame's rows per replica, in replica-name order."""
     if frame.is_empty():
         return {}
-    return {k[0]: v for k, v in frame.partition_by("replica", as_dict=True).items()}
+    names = frame["replica"].unique()
+    if names.len() == 1:  # one replica (most incidents): no copy of the whole frame
+        return {names[0]: frame}
+    parts = frame.partition_by("replica", as_dict=True)
+    return {key[0]: parts[key] for key in sorted(parts, key=lambda k: (k[0] is None, k[0]))}
 
 
 def histogram_mean(

@@ -31,11 +31,11 @@ from kvdiag.analyzer.ingest.formats import FormatPack, load_pack
 from kvdiag.analyzer.ingest.lines import Chunk, ReadStats, chronological, iter_chunks, rotation_base
 from kvdiag.analyzer.ingest.logaccess import AccessBook
 from kvdiag.analyzer.ingest.logaccess import count_rows as count_access
-from kvdiag.analyzer.ingest.logbatch import BatchResult, LineCounts, count_lines
+from kvdiag.analyzer.ingest.logbatch import BatchResult, LineCounts
 from kvdiag.analyzer.ingest.logbatch import read_batch as read_log_batch
 from kvdiag.analyzer.ingest.logconfig import config_rows, decode_dicts
 from kvdiag.analyzer.ingest.logparse import MAX_STORED_LINE, EventRows
-from kvdiag.analyzer.ingest.logpipeline import Parsed, lines_frame, parse_batch, stamp_events
+from kvdiag.analyzer.ingest.logpipeline import lines_frame, parse_batch, stamp_events
 from kvdiag.analyzer.ingest.logtime import YearState, initial_year
 from kvdiag.analyzer.ingest.logtriage import REJECTED, Lanes, vllm_lanes
 from kvdiag.analyzer.ingest.parallel import ordered_map
@@ -263,7 +263,7 @@ class _FileState:
 
     def add(self, result: BatchResult) -> None:
         """Count a batch's lines and keep its counted access lines."""
-        self._add_counts(result.counts)
+        self.add_counts(result.counts)
         self.repairs.merge(result.repairs)
         if result.access.height:
             n = int(result.access["count"].sum())
@@ -271,11 +271,8 @@ class _FileState:
             self.events["http_access"] = self.events.get("http_access", 0) + n
             self.access.add(result.access)
 
-    def count(self, lines: int, parsed: Parsed) -> None:
-        """Count one fully parsed batch (tests feed lines through parse_batch directly)."""
-        self._add_counts(count_lines(lines, parsed))
-
-    def _add_counts(self, counts: LineCounts) -> None:
+    def add_counts(self, counts: LineCounts) -> None:
+        """Count a batch's lines: parsed, undecodable, unmatched (with their templates)."""
         self.tally.total += counts.total
         self.tally.parsed += counts.parsed
         self.tally.undecodable += counts.undecodable
