@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 
@@ -42,8 +44,17 @@ def incident_hash(incident: Path) -> str:
     return digest.hexdigest()
 
 
+# A log without a year takes it from the file's modification time, which the reports
+# state ("year 2026 from modification time of server.log (2026-11-29)"). A clone stamps
+# files with the day it was made: the fixtures are pinned to the day the goldens were.
+PINNED_MTIME = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
+
+
 def analyze_case(case: FixtureCase) -> Diagnosis:
     """A fresh analysis of a fixture, labelled with the fixture's name."""
+    for path in case.incident.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_mtime != PINNED_MTIME:
+            os.utime(path, (PINNED_MTIME, PINNED_MTIME))
     return analyze(AnalyzeOptions(incident=case.incident, label=case.name)).diagnosis
 
 
