@@ -8,7 +8,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kvdiag.analyzer.ingest.aliases import load_aliases
@@ -65,8 +65,24 @@ def _render(s: dict) -> str:
     return line
 
 
+# Found by CI: a label quoting nvidia-smi's `--query-gpu=` made the scrape sniff as nvidia-smi.
+NVSMI_QUOTE = {
+    "name": "DCGM_FI_DEV_FB_FREE",
+    "labels": {"A": "--query-gpu="},
+    "value": 0.0,
+    "spelling": 0,
+    "millis": None,
+    "seconds": False,
+    "gap": " ",
+    "trailing_comma": False,
+    "exemplar": False,
+}
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(SAMPLE, min_size=1, max_size=12))
+@example([NVSMI_QUOTE])
+@example([{**NVSMI_QUOTE, "labels": {"A": "<nvidia_smi_log> NVIDIA-SMI 535"}}])
 def test_rendered_samples_parse_back_equal(samples: list[dict]) -> None:
     lines = ["# HELP x y", "# TYPE x gauge"]
     for s in samples:

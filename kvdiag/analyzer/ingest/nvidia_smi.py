@@ -44,6 +44,13 @@ _NAME_STAMP = re.compile(r"(?<!\d)(20\d\d)(\d\d)(\d\d)[-_T]?(\d\d)(\d\d)(\d\d)(?
 _SNIFF_STRONG = re.compile(
     r"NVIDIA-SMI \d|<nvidia_smi_log|\|\s+\d+MiB\s+/\s+\d+MiB\s+\||--query-(?:gpu|compute-apps)="
 )
+# Prometheus exposition lines (`# HELP`/`# TYPE`, `name{...} value`, `name value`): a label
+# value may quote anything, `--query-gpu=` included, and must not make a scrape look like
+# nvidia-smi. A root prompt (`# nvidia-smi --query-gpu=...`) or `sudo nvidia-smi ...` is not one.
+_EXPOSITION_LINE = re.compile(
+    r"(?m)^(?:#[ \t]*(?:HELP|TYPE|UNIT|EOF)\b.*"
+    r"|[a-zA-Z_:][\w:]*(?:\{.*|[ \t]+[-+]?(?:\d|Inf|inf|NaN|nan)\S*(?:[ \t].*)?))$"
+)
 _SNIFF_HEADERLESS = re.compile(
     r"(?m)^\d+, [^,\n]*[A-Za-z][^,\n]*, \d+(?: MiB)?, \d+(?: MiB)?, \d+(?: MiB)?(?:, \d+(?: %)?)?$"
 )
@@ -116,7 +123,7 @@ class NvidiaSmiIngester(Ingester):
     @classmethod
     def sniff(cls, name: str, head: str) -> int:
         # Below the vLLM log's 90: a server log that quotes an nvidia-smi table stays a log.
-        if _SNIFF_STRONG.search(head):
+        if _SNIFF_STRONG.search(_EXPOSITION_LINE.sub("", head)):
             return 88
         if any(header_fields(line) for line in head.splitlines()[:50]):
             return 80
