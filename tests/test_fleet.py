@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from kvdiag.analyzer.model import IncidentClass
+from kvdiag.analyzer.series import MAX_CHARTED_REPLICAS
 from tests.conftest import FIXTURES, run_cli
 from tests.live_support import (
     PrometheusServer,
@@ -122,3 +123,13 @@ def test_the_terminal_fleet_section_lists_the_hot_replicas(
     assert all(name in section[0] for name in HOT)
     hot_lines = [line for line in section[2:] if line.lstrip().startswith("!")]
     assert {line.split()[1] for line in hot_lines} == set(HOT)
+
+
+def test_the_charts_keep_the_busiest_replicas(
+    fleet_prometheus: PrometheusServer, fleet_json: dict[str, Any]
+) -> None:
+    charted = {s["replica"] for s in fleet_json["series"]}
+    assert len(charted) == MAX_CHARTED_REPLICAS < REPLICAS
+    assert set(HOT) <= charted
+    _, html = _analyze(fleet_prometheus, "html")
+    assert f"The charts show the {MAX_CHARTED_REPLICAS} busiest of the {REPLICAS} replicas" in html

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import analyze_json, run_cli
 from tests.test_hostile import corpus_incident
 
 # entry -> (path, line, message pattern) of the problems it must raise
@@ -131,3 +131,22 @@ def test_sound_inputs_raise_no_doubt(tmp_path: Path) -> None:
     doc = json.loads(result.stdout)
     assert doc["input_problems"] == []
     assert "see input problems" not in doc["verdict"]["summary"]
+
+
+def test_a_replica_restarting_all_day_lists_a_few_restarts_and_counts_the_rest(
+    tmp_path: Path,
+) -> None:
+    # 8 restarts: the counter drops from 5 to 0 every other scrape.
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    for i in range(16):
+        value = 5 if i % 2 else 0
+        (metrics / f"{1795959300 + i}.prom").write_text(
+            "# TYPE vllm:num_preemptions counter\n"
+            f'vllm:num_preemptions_total{{engine="0",model_name="m"}} {value}\n'
+        )
+    _, doc = analyze_json(tmp_path)
+    drops = [p for p in doc["input_problems"] if p["message"].startswith("counters drop")]
+    assert [p["path"] for p in drops] == [f"metrics/{1795959302 + 2 * i}.prom" for i in range(5)]
+    assert drops[-1]["message"].endswith("; 2 more restarts of this replica")
+    assert not any("more restart" in p["message"] for p in drops[:-1])

@@ -16,7 +16,12 @@ import pytest
 from kvdiag.analyzer.model import Series
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
-from kvdiag.analyzer.series import MIN_QUANTILE_WINDOW_S, QUANTILE, downsampled
+from kvdiag.analyzer.series import (
+    MIN_QUANTILE_WINDOW_S,
+    QUANTILE,
+    busiest_replicas,
+    downsampled,
+)
 from tests.conftest import FIXTURES
 from tests.goldens import fixture_diagnosis
 
@@ -172,3 +177,20 @@ def test_downsample_keeps_peaks_and_bounds_points() -> None:
     assert small.filter(pl.col("replica") == "b").height == 10  # short series untouched
     mean = _downsample(frame, "mean").filter(pl.col("replica") == "a")
     assert mean["value"].max() < 1e6  # rates average instead
+
+
+def test_the_busiest_replicas_are_charted_first_by_waiting_then_usage() -> None:
+    def s(name: str, replica: str, *values: float) -> Series:
+        points = tuple((f"2026-11-29T12:00:0{i}.000", v) for i, v in enumerate(values))
+        return Series(name, "", replica, points, "metrics")
+
+    series = [
+        s("kv_cache_usage", "quiet", 0.2),
+        s("kv_cache_usage", "full", 0.99),
+        s("num_requests_waiting", "full", 0, 0),
+        s("kv_cache_usage", "queued", 0.5),
+        s("num_requests_waiting", "queued", 0, 7, 2),
+        s("prompt_throughput", "no-load-measure", 10.0),
+    ]
+    assert busiest_replicas(series) == ["queued", "full", "quiet", "no-load-measure"]
+    assert busiest_replicas(series, limit=2) == ["queued", "full"]

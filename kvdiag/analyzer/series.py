@@ -19,6 +19,10 @@ from kvdiag.analyzer.model import Series
 from kvdiag.analyzer.store import StoreReader
 
 MAX_POINTS = 500
+# A fleet's charts keep its busiest replicas: 200 replicas drawn as 1,600 lines are
+# unreadable and made a 48 MB JSON report; the fleet table still lists every replica.
+MAX_CHARTED_REPLICAS = 8
+CHARTED_BY = "most requests waiting, then highest KV cache usage, then most preemptions"
 WINDOW_USAGE_PCT = 90.0  # the incident window: usage at or above this, or requests waiting
 QUANTILE = 0.99
 MIN_QUANTILE_WINDOW_S = 60.0  # trailing window of the histogram quantiles (at least 4 scrapes)
@@ -236,7 +240,24 @@ def build_series(reader: StoreReader) -> tuple[tuple[Series, ...], tuple[str, st
         if spec.name in _HOT:
             spans.append(reader.sql(_hot_span(query, _HOT[spec.name]), params))
         series += _to_series(spec, small, source)
-    return tuple(series), incident_window(spans)
+    busiest = set(busiest_replicas(series))
+    return tuple(s for s in series if s.replica in busiest), incident_window(spans)
+
+
+def busiest_replicas(series: list[Series], limit: int = MAX_CHARTED_REPLICAS) -> list[str]:
+    """The replicas to chart, busiest first (see CHARTED_BY): all of them up to `limit`."""
+    peaks: dict[str, list[float]] = {}
+    measures = ("num_requests_waiting", "kv_cache_usage", "num_preemptions")
+    for s in series:
+        if s.name in measures:
+            peak = max((v for _, v in s.points), default=0.0)
+            row = peaks.setdefault(s.replica, [0.0] * len(measures))
+            i = measures.index(s.name)
+            row[i] = max(row[i], peak)
+    ranked = sorted(
+        {s.replica for s in series}, key=lambda r: ([-v for v in peaks.get(r, [0.0] * 3)], r)
+    )
+    return ranked[:limit]
 
 
 def _hot_span(query: str, condition: str) -> str:

@@ -21,7 +21,11 @@ from kvdiag.analyzer.schema import TABLES, Table, table
 
 T = TypeVar("T")
 
-MEMORY_LIMIT = "128MB"
+MEMORY_LIMIT_MB = 128
+# A query whose working set or result outgrows the limit fails with OutOfMemoryException
+# (a fleet's day of counter samples sorted with their provenance needs ~150 MB). It is run
+# again with four times the limit, up to the ceiling; the limit then stays raised.
+MEMORY_CEILING_MB = 8192
 # DuckDB folds its write-ahead log into the database file every 16 MiB by default, which
 # rewrote the growing tables over and over: 18 s of the 25 s it took to store 1 GB of log.
 # The store is written once and read after; one checkpoint at the end (or none, for the
@@ -71,11 +75,36 @@ def _fit(frame: pl.DataFrame, t: Table) -> pl.DataFrame:
     return frame.with_columns(narrow) if narrow else frame
 
 
-class StoreReader:
-    """Read-only access to the store: what rules and fact-finders get."""
+class MemoryLimit:
+    """DuckDB's memory limit for one store: low while storing, raised when a query needs it."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self._con = con
+        self.mb = MEMORY_LIMIT_MB
+        self._set()
+
+    def _set(self) -> None:
+        self._con.execute(f"SET memory_limit = '{self.mb}MB'")
+
+    def run(self, query: Callable[[], T]) -> T:
+        """`query()`, run again with a raised limit each time DuckDB runs out of memory."""
+        while True:
+            try:
+                with _interruptible():
+                    return query()
+            except duckdb.OutOfMemoryException:
+                if self.mb >= MEMORY_CEILING_MB:
+                    raise
+                self.mb = min(self.mb * 4, MEMORY_CEILING_MB)
+                self._set()
+
+
+class StoreReader:
+    """Read-only access to the store: what rules and fact-finders get."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, memory: MemoryLimit) -> None:
+        self._con = con
+        self._memory = memory
         self._memo: dict[Hashable, Any] = {}
 
     def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
@@ -96,8 +125,9 @@ class StoreReader:
         # A cursor keeps rule queries independent of each other's result state.
         cur = self._con.cursor()
         try:
-            with _interruptible():
-                frame: pl.DataFrame = cur.sql(query, params=list(params or [])).pl()
+            frame: pl.DataFrame = self._memory.run(
+                lambda: cur.sql(query, params=list(params or [])).pl()
+            )
             return frame
         finally:
             cur.close()
@@ -106,8 +136,7 @@ class StoreReader:
         """Run a query returning one value (or None when there is no row)."""
         cur = self._con.cursor()
         try:
-            with _interruptible():
-                rows = cur.sql(query, params=list(params or [])).fetchall()
+            rows = self._memory.run(lambda: cur.sql(query, params=list(params or [])).fetchall())
         finally:
             cur.close()
         return rows[0][0] if rows else None
@@ -133,14 +162,14 @@ class Store:
         self._con = duckdb.connect(str(self._path))
         # DuckDB's default (80 % of RAM) lets its cache grow with the input; past this it
         # writes to the database file, so a 5 GB incident fits in the same memory as 1 GB.
-        self._con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+        self._memory = MemoryLimit(self._con)
         self._con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
         for t in TABLES:
             self._con.execute(ddl(t))
 
     @property
     def reader(self) -> StoreReader:
-        return StoreReader(self._con)
+        return StoreReader(self._con, self._memory)
 
     def append(self, table_name: str, frame: pl.DataFrame) -> None:
         """Append a frame; its columns must be declared, missing ones become NULL."""
@@ -153,10 +182,9 @@ class Store:
         self._con.register("_kvdiag_batch", _fit(frame, table(table_name)))
         try:
             cols = ", ".join(f'"{c}"' for c in frame.columns)
-            with _interruptible():
-                self._con.execute(
-                    f'INSERT INTO "{table_name}" ({cols}) SELECT {cols} FROM _kvdiag_batch'
-                )
+            insert = f'INSERT INTO "{table_name}" ({cols}) SELECT {cols} FROM _kvdiag_batch'
+            # A failed statement is rolled back whole, so running it again adds no row twice.
+            self._memory.run(lambda: self._con.execute(insert))
         finally:
             self._con.unregister("_kvdiag_batch")
 

@@ -181,7 +181,8 @@ def engine_versions(reader: StoreReader) -> Found:
 
 
 def counter_resets(reader: StoreReader) -> Found:
-    """Counters that drop between scrapes: one problem per restart (replica and scrape)."""
+    """Counters that drop between scrapes: a problem per restart (replica and scrape), the
+    first MAX_LISTED of each replica, the last of them counting the rest."""
     rows = reader.sql(
         "SELECT * FROM (SELECT replica, metric, source_path, source_line, ts, value, "
         "lag(value) OVER w AS prev, lag(ts) OVER w AS prev_ts FROM metric_samples "
@@ -189,17 +190,29 @@ def counter_resets(reader: StoreReader) -> Found:
         "name, series ORDER BY ts, source_path, source_line)) WHERE value < prev "
         "ORDER BY replica, ts, source_path, source_line"
     )
+    # A fleet replayed for a day restarts thousands of times: one query, then a few rows.
+    restarts = (
+        rows.group_by("replica", "ts", maintain_order=True)
+        .agg(pl.all().first(), pl.len().alias("counters"))
+        .with_columns(
+            pl.int_range(pl.len()).over("replica").alias("nth"),
+            pl.len().over("replica").alias("restarts"),
+        )
+        .filter(pl.col("nth") < MAX_LISTED)
+    )
     problems = []
-    for _, group in rows.group_by("replica", "ts", maintain_order=True):
-        r = group.row(0, named=True)
-        more = f", and {_n(group.height - 1, 'counter')}" if group.height > 1 else ""
+    for r in restarts.iter_rows(named=True):
+        more = f", and {_n(r['counters'] - 1, 'counter')}" if r["counters"] > 1 else ""
+        rest = r["restarts"] - MAX_LISTED
+        last = r["nth"] == MAX_LISTED - 1
+        also = f"; {_n(rest, 'restart')} of this replica" if last and rest > 0 else ""
         problems.append(
             InputProblem(
                 r["source_path"],
                 r["source_line"],
                 f"counters drop ({r['metric']} {r['prev']:g} -> {r['value']:g}{more}) between "
                 f"{_t(r['prev_ts'])} and {_t(r['ts'])}: replica {r['replica']} restarted, or "
-                "the scrapes are misdated; increases after it are counted from zero",
+                f"the scrapes are misdated; increases after it are counted from zero{also}",
             )
         )
     return problems, []

@@ -112,6 +112,7 @@ def render_html(d: Diagnosis) -> str:
         "layers": view.reconciliation(d),
         "fleet": view.fleet_rows(d),
         "fleet_summary": view.fleet_summary(d) if d.fleet else "",
+        "charted_note": view.charted_note(d),
         "ledgers": ledgers,
         "ledger_chart": ledger_chart,
         "ledger_terms": _ledger_legend(ledger_chart),

@@ -18,6 +18,7 @@ from kvdiag.analyzer.model import (
     LayerResult,
     RuleRun,
 )
+from kvdiag.analyzer.series import CHARTED_BY
 from kvdiag.reports.fmt import coverage, fmt_quantity, humanise
 
 LAYER_TITLES = {1: "Pool vs card", 2: "Payload vs percentage", 3: "Peak demand vs pool"}
@@ -216,6 +217,17 @@ def fleet_rows(d: Diagnosis, limit: int | None = None) -> tuple[FleetRowView, ..
             summary=r.summary,
         )
         for r in d.fleet[:limit]
+    )
+
+
+def charted_note(d: Diagnosis) -> str:
+    """Which replicas the charts show, when a fleet has more than they draw."""
+    charted = {s.replica for s in d.series}
+    if not charted or len(d.fleet) <= len(charted):
+        return ""
+    return (
+        f"The charts show the {len(charted)} busiest of the {len(d.fleet)} replicas "
+        f"({CHARTED_BY}); the fleet table lists every replica."
     )
 
 

@@ -126,6 +126,9 @@ class PromTextIngester(Ingester):
             if ctx.progress is not None:
                 read += sum(unit.files[i].stat().st_size for i in group)
                 ctx.progress(read, tally.total)
+            # Let this batch go before waiting for the next: otherwise three are alive
+            # (this one, the next one parsed, the one after being parsed).
+            del batch, parsed, starts, timed, resolved
         tally.notes.append(
             f"{tally.records} samples of known metrics stored; "
             f"{valid - tally.records} other sample lines parsed, not kept"
