@@ -76,27 +76,38 @@ def _fit(frame: pl.DataFrame, t: Table) -> pl.DataFrame:
 
 
 class MemoryLimit:
-    """DuckDB's memory limit for one store: low while storing, raised when a query needs it."""
+    """DuckDB's memory limit for one store: low, raised for the one query that needs more."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self._con = con
         self.mb = MEMORY_LIMIT_MB
-        self._set()
+        self.peak_mb = self.mb  # the highest limit a query needed
+        self._set(self.mb)
 
-    def _set(self) -> None:
-        self._con.execute(f"SET memory_limit = '{self.mb}MB'")
+    def _set(self, mb: int) -> None:
+        self._con.execute(f"SET memory_limit = '{mb}MB'")
 
     def run(self, query: Callable[[], T]) -> T:
-        """`query()`, run again with a raised limit each time DuckDB runs out of memory."""
-        while True:
-            try:
-                with _interruptible():
-                    return query()
-            except duckdb.OutOfMemoryException:
-                if self.mb >= MEMORY_CEILING_MB:
-                    raise
-                self.mb = min(self.mb * 4, MEMORY_CEILING_MB)
-                self._set()
+        """`query()`, run again with a raised limit each time DuckDB runs out of memory.
+
+        The limit goes back down afterwards: DuckDB keeps its cache up to the limit, and
+        one big sort must not make the rest of the run hold hundreds of MB more.
+        """
+        mb = self.mb
+        try:
+            while True:
+                try:
+                    with _interruptible():
+                        return query()
+                except duckdb.OutOfMemoryException:
+                    if mb >= MEMORY_CEILING_MB:
+                        raise
+                    mb = min(mb * 4, MEMORY_CEILING_MB)
+                    self.peak_mb = max(self.peak_mb, mb)
+                    self._set(mb)
+        finally:
+            if mb != self.mb:
+                self._set(self.mb)
 
 
 class StoreReader:
