@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kvdiag.analyzer.discover import discover
+from kvdiag.analyzer.discover import classify_file, discover
 from kvdiag.analyzer.ingest.prom_text import PromTextIngester
 from kvdiag.analyzer.ingest.scrape_time import scrape_time_from_name
 from tests.conftest import FIXTURES, REALDATA, shared
@@ -333,3 +333,13 @@ def test_a_scrape_series_is_recognised_from_one_member_and_strays_still_sniffed(
         "metrics/1795959291.911.prom": "skipped",
     }
     assert found.anchor == scrape_time_from_name(real[0].name)
+
+
+def test_a_label_quoting_a_server_command_keeps_a_scrape_a_scrape() -> None:
+    # No `# TYPE` line (the scrape's own score is 70) and a label quoting `vllm serve` (the
+    # launch-flags sniffer scores a server command 75): the sample line is not a command.
+    head = 'vllm:num_requests_waiting{model_name="m",cmd="nohup vllm serve m"} 3\n'
+    ingester, _ = classify_file("metrics.prom", head.encode())
+    assert ingester is not None and ingester.kind == "prom_text"
+    command, _ = classify_file("run.sh", b"vllm serve m --max-model-len 4096\n")
+    assert command is not None and command.kind == "launch_flags"

