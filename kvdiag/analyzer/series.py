@@ -23,6 +23,7 @@ MAX_POINTS = 500
 # unreadable and made a 48 MB JSON report; the fleet table still lists every replica.
 MAX_CHARTED_REPLICAS = 8
 CHARTED_BY = "most requests waiting, then highest KV cache usage, then most preemptions"
+_BUSY_MEASURES = ("num_requests_waiting", "kv_cache_usage", "num_preemptions")  # CHARTED_BY
 WINDOW_USAGE_PCT = 90.0  # the incident window: usage at or above this, or requests waiting
 QUANTILE = 0.99
 MIN_QUANTILE_WINDOW_S = 60.0  # trailing window of the histogram quantiles (at least 4 scrapes)
@@ -246,17 +247,15 @@ def build_series(reader: StoreReader) -> tuple[tuple[Series, ...], tuple[str, st
 
 def busiest_replicas(series: list[Series], limit: int = MAX_CHARTED_REPLICAS) -> list[str]:
     """The replicas to chart, busiest first (see CHARTED_BY): all of them up to `limit`."""
+    quiet = [0.0] * len(_BUSY_MEASURES)
     peaks: dict[str, list[float]] = {}
-    measures = ("num_requests_waiting", "kv_cache_usage", "num_preemptions")
     for s in series:
-        if s.name in measures:
-            peak = max((v for _, v in s.points), default=0.0)
-            row = peaks.setdefault(s.replica, [0.0] * len(measures))
-            i = measures.index(s.name)
-            row[i] = max(row[i], peak)
-    ranked = sorted(
-        {s.replica for s in series}, key=lambda r: ([-v for v in peaks.get(r, [0.0] * 3)], r)
-    )
+        if s.name in _BUSY_MEASURES:
+            row = peaks.setdefault(s.replica, list(quiet))
+            i = _BUSY_MEASURES.index(s.name)
+            row[i] = max(row[i], max((v for _, v in s.points), default=0.0))
+    replicas = {s.replica for s in series}
+    ranked = sorted(replicas, key=lambda r: ([-v for v in peaks.get(r, quiet)], r))
     return ranked[:limit]
 
 

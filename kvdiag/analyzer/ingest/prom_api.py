@@ -43,6 +43,7 @@ from kvdiag.analyzer.model import InputProblem
 
 # A sample pair as the API writes it: [<unix seconds>, "<value>"].
 _PAIR = re.compile(r'\[\s*(-?[0-9][0-9.eE+-]*)\s*,\s*"([^"\\]*)"\s*\]')
+_PAIR_GROUPS = r'(?P<pair>\[\s*-?[0-9][0-9.eE+-]*\s*,\s*"(?P<value>[^"\\]*)"\s*\])'
 _SNIFF = re.compile(r'"resultType"\s*:\s*"(?:vector|matrix|scalar|string)"')
 
 
@@ -207,17 +208,25 @@ def _pairs_by_line(text: str, values: pl.Series) -> tuple[pl.Series, pl.Series] 
     found line by line must be exactly the parsed ones, in order, or the slow path decides.
     """
     pattern = _PAIR.pattern
-    lines = pl.Series(text.split("\n"), dtype=pl.String)
+    lines = pl.Series([text]).str.split("\n").explode()
     counts = lines.str.count_matches(pattern)
     if counts.sum() != values.len():
         return None
-    found = lines.str.extract_all(pattern).explode().drop_nulls()
-    if not found.str.extract(pattern, 2).equals(values):
-        return None
     holding = counts > 0
-    numbers = pl.int_range(1, lines.len() + 1, eager=True, dtype=pl.Int64).filter(holding)
-    at = numbers.repeat_by(counts.filter(holding)).explode()
-    return at, found.str.replace_all(r"\s+", " ")
+    at = pl.int_range(1, lines.len() + 1, eager=True, dtype=pl.Int64).filter(holding)
+    if counts.max() == 1:  # a pair per line, as kvdiag writes them: one regex pass
+        parts = lines.filter(holding).str.extract_groups(_PAIR_GROUPS).struct
+        found, stated = parts.field("pair"), parts.field("value")
+    else:
+        found = lines.str.extract_all(pattern).explode().drop_nulls()
+        at = at.repeat_by(counts.filter(holding)).explode()
+        stated = found.str.extract(pattern, 2)
+    if not stated.equals(values):
+        return None
+    # Raw text with runs of white space made one space; most files have none to change.
+    if found.str.contains(r"\s\s|[^\S ]").any():
+        found = found.str.replace_all(r"\s+", " ")
+    return at, found
 
 
 def _pair_lines(
