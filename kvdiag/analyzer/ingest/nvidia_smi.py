@@ -27,6 +27,7 @@ from kvdiag.analyzer.ingest.lines import ReadStats, iter_line_batches
 from kvdiag.analyzer.ingest.nvsmi_book import WATCH, SnapshotBook, ctime, timestamp_of
 from kvdiag.analyzer.ingest.nvsmi_csv import CsvReader, header_fields
 from kvdiag.analyzer.ingest.nvsmi_table import TableReader
+from kvdiag.analyzer.ingest.prom_parse import without_exposition_lines
 from kvdiag.analyzer.ingest.rows import clean_raw, frame_for, templates
 from kvdiag.analyzer.model import InputProblem
 from kvdiag.analyzer.schema import table
@@ -43,13 +44,6 @@ _NAME_STAMP = re.compile(r"(?<!\d)(20\d\d)(\d\d)(\d\d)[-_T]?(\d\d)(\d\d)(\d\d)(?
 
 _SNIFF_STRONG = re.compile(
     r"NVIDIA-SMI \d|<nvidia_smi_log|\|\s+\d+MiB\s+/\s+\d+MiB\s+\||--query-(?:gpu|compute-apps)="
-)
-# Prometheus exposition lines (`# HELP`/`# TYPE`, `name{...} value`, `name value`): a label
-# value may quote anything, `--query-gpu=` included, and must not make a scrape look like
-# nvidia-smi. A root prompt (`# nvidia-smi --query-gpu=...`) or `sudo nvidia-smi ...` is not one.
-_EXPOSITION_LINE = re.compile(
-    r"(?m)^(?:#[ \t]*(?:HELP|TYPE|UNIT|EOF)\b.*"
-    r"|[a-zA-Z_:][\w:]*(?:\{.*|[ \t]+[-+]?(?:\d|Inf|inf|NaN|nan)\S*(?:[ \t].*)?))$"
 )
 _SNIFF_HEADERLESS = re.compile(
     r"(?m)^\d+, [^,\n]*[A-Za-z][^,\n]*, \d+(?: MiB)?, \d+(?: MiB)?, \d+(?: MiB)?(?:, \d+(?: %)?)?$"
@@ -123,7 +117,7 @@ class NvidiaSmiIngester(Ingester):
     @classmethod
     def sniff(cls, name: str, head: str) -> int:
         # Below the vLLM log's 90: a server log that quotes an nvidia-smi table stays a log.
-        if _SNIFF_STRONG.search(_EXPOSITION_LINE.sub("", head)):
+        if _SNIFF_STRONG.search(without_exposition_lines(head)):
             return 88
         if any(header_fields(line) for line in head.splitlines()[:50]):
             return 80

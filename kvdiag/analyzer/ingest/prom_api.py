@@ -42,8 +42,9 @@ from kvdiag.analyzer.ingest.scrape_time import epoch_text_time, epoch_to_utc
 from kvdiag.analyzer.model import InputProblem
 
 # A sample pair as the API writes it: [<unix seconds>, "<value>"].
-_PAIR = re.compile(r'\[\s*(-?[0-9][0-9.eE+-]*)\s*,\s*"([^"\\]*)"\s*\]')
-_PAIR_GROUPS = r'(?P<pair>\[\s*-?[0-9][0-9.eE+-]*\s*,\s*"(?P<value>[^"\\]*)"\s*\])'
+_PAIR_TEXT = r'\[\s*(?P<t>-?[0-9][0-9.eE+-]*)\s*,\s*"(?P<value>[^"\\]*)"\s*\]'
+_PAIR = re.compile(_PAIR_TEXT)  # groups 1 and 2: time and value
+_PAIR_GROUPS = f"(?P<pair>{_PAIR_TEXT})"  # the whole pair too, for polars' extract_groups
 _SNIFF = re.compile(r'"resultType"\s*:\s*"(?:vector|matrix|scalar|string)"')
 
 

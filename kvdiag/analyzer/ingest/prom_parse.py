@@ -17,6 +17,7 @@ UTF-8 quoted metric names (`{"my.metric"}`) are not accepted and count as unmatc
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import polars as pl
@@ -49,6 +50,20 @@ LABEL_COLUMNS = ("instance", "engine", "tp_rank", "model_name", "name", "le", "r
 _PROM_ESCAPES = (["\\\\", '\\"', "\\n"], ["\\", '"', "\n"])
 _JSON_FROM = ["\\", '"', *(chr(c) for c in range(32))]
 _JSON_TO = ["\\\\", '\\"', *(f"\\u{c:04x}" for c in range(32))]
+
+
+# Exposition lines (`# HELP`/`# TYPE`, `name{...} value`, `name value`). A label value may
+# quote anything, so other sniffers look past them; a shell prompt (`# nvidia-smi ...`) or
+# a command (`sudo nvidia-smi ...`, `vllm serve m`) is not one of them.
+_EXPOSITION_LINE = re.compile(
+    r"(?m)^(?:#[ \t]*(?:HELP|TYPE|UNIT|EOF)\b.*"
+    r"|[a-zA-Z_:][\w:]*(?:\{.*|[ \t]+[-+]?(?:\d|Inf|inf|NaN|nan)\S*(?:[ \t].*)?))$"
+)
+
+
+def without_exposition_lines(text: str) -> str:
+    """`text` with its Prometheus exposition lines blanked (for other formats' sniffing)."""
+    return _EXPOSITION_LINE.sub("", text)
 
 
 @dataclass(frozen=True, slots=True)
