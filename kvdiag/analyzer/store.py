@@ -190,14 +190,17 @@ class Store:
         unknown = [c for c in frame.columns if c not in declared]
         if unknown:
             raise ValueError(f"{table_name}: undeclared columns {unknown}")
-        self._con.register("_kvdiag_batch", _fit(frame, table(table_name)))
-        try:
-            cols = ", ".join(f'"{c}"' for c in frame.columns)
-            insert = f'INSERT INTO "{table_name}" ({cols}) SELECT {cols} FROM _kvdiag_batch'
-            # A failed statement is rolled back whole, so running it again adds no row twice.
-            self._memory.run(lambda: self._con.execute(insert))
-        finally:
-            self._con.unregister("_kvdiag_batch")
+        cols = ", ".join(f'"{c}"' for c in frame.columns)
+        insert = f'INSERT INTO "{table_name}" ({cols}) SELECT {cols} FROM _kvdiag_batch'
+        # Unregistering after a Ctrl-C inside the Arrow read can raise that read's error
+        # again, in place of the KeyboardInterrupt: it is converted back here too.
+        with _interruptible():
+            self._con.register("_kvdiag_batch", _fit(frame, table(table_name)))
+            try:
+                # A failed statement is rolled back whole: running it again adds no row twice.
+                self._memory.run(lambda: self._con.execute(insert))
+            finally:
+                self._con.unregister("_kvdiag_batch")
 
     def set_aside(self, flagged: pl.DataFrame) -> None:
         """Move implausible rows out of their tables into `implausible_values`.
