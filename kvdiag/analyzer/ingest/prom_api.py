@@ -18,6 +18,7 @@ that carry no `__name__` (aggregations such as `max by (instance) (...)` drop it
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from typing import Any
 import polars as pl
 
 from kvdiag.analyzer.ingest.aliases import load_aliases
+from kvdiag.analyzer.ingest.api_pairs import PairArray, split_pairs
 from kvdiag.analyzer.ingest.base import (
     Emit,
     IngestContext,
@@ -54,9 +56,11 @@ class _Series:
 
     heads: list[str] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
-    pairs: list[Any] = field(default_factory=list)
+    pairs: list[Any] = field(default_factory=list)  # pairs that json.loads made objects of
+    arrays: list[PairArray] = field(default_factory=list)  # pairs left as text (api_pairs.py)
     queries: list[str] = field(default_factory=list)  # per series: its query, or ""
     skipped: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
 
     def skip(self, why: str) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1
@@ -87,7 +91,7 @@ class PromApiIngester(Ingester):
         tally = Tally(total=n_lines)
         if small.broken:
             yield InputProblem(rel, None, small.broken)
-        doc, problem = load_json(small, self.max_bytes)
+        found, problem = load_json(small, self.max_bytes, parse=split_pairs)
         if problem is not None:
             tally.undecodable = undecodable_lines(text)
             tally.unmatched = n_lines - tally.undecodable
@@ -95,10 +99,9 @@ class PromApiIngester(Ingester):
             yield tally.account(rel)
             return
         tally.parsed = n_lines
-        series = _Series()
-        for message in _collect(doc, series):
+        series, samples = _read(text, found, rel, n_lines, tally)
+        for message in series.problems:
             yield InputProblem(rel, None, message)
-        samples = _samples(text, series, rel, n_lines, tally)
         builder = SampleBuilder(load_aliases(), unit.replica)
         if samples.height:
             resolved = builder.build(samples)
@@ -116,6 +119,23 @@ class PromApiIngester(Ingester):
         )
         tally.notes += [f"{n} {why}: not stored" for why, n in series.skipped.items()]
         yield tally.account(rel)
+
+
+def _read(
+    text: str, found: tuple[Any, list[PairArray]], rel: str, n_lines: int, tally: Tally
+) -> tuple[_Series, pl.DataFrame]:
+    """The document's series and samples: from the pair arrays' text when every series
+    kept its pairs as text and the document has lines to cite, else from a full parse."""
+    series = _Series()
+    series.problems = list(_collect(found[0], series))
+    if series.arrays and not series.pairs and n_lines > 1:
+        pairs = _pairs_of_arrays(text, series.arrays)
+        if pairs is not None:
+            return series, _frame(pairs, series, rel)
+    if series.arrays:  # pairs across lines, or some parsed and some kept: parse them all
+        series = _Series()
+        series.problems = list(_collect(json.loads(text), series))
+    return series, _samples(text, series, rel, n_lines, tally)
 
 
 def _collect(doc: Any, series: _Series) -> Iterator[str]:
@@ -157,36 +177,63 @@ def _add_series(item: Any, kind: str, series: _Series, query: str = "", named: s
     labels = {str(k): str(v) for k, v in (metric or {}).items()}
     name = labels.pop("__name__", None) or named or None
     listed = [item["value"]] if kind == "vector" and "value" in item else item.get("values", [])
-    listed = listed if isinstance(listed, list) else [listed]
-    pairs = [p for p in listed if _is_pair(p)]
-    if len(pairs) < len(listed):
-        series.skip("sample pairs that are not [time, value]")
+    if isinstance(listed, PairArray):
+        series.arrays.append(listed)
+        count = listed.count
+    else:
+        listed = listed if isinstance(listed, list) else [listed]
+        pairs = [p for p in listed if _is_pair(p)]
+        if len(pairs) < len(listed):
+            series.skip("sample pairs that are not [time, value]")
+        series.pairs += pairs
+        count = len(pairs)
     if "histogram" in item or "histograms" in item:
         series.skip("native histogram series")
     series.heads.append(render_head(name, labels) if name else "")
-    series.counts.append(len(pairs))
+    series.counts.append(count)
     series.queries.append(query)
-    series.pairs += pairs
     if not name:
         series.skip("series without __name__ (expression results)")
 
 
 def _samples(text: str, series: _Series, rel: str, n_lines: int, tally: Tally) -> pl.DataFrame:
-    """One row per sample pair of a named series: head, ts, value, line and text."""
+    """One row per sample pair of a named series (pairs parsed by json.loads)."""
     if not series.pairs:
         return pl.DataFrame()
-    index = pl.Series(range(len(series.heads))).repeat_by(pl.Series(series.counts)).explode()
     values = pl.Series([str(p[1]) for p in series.pairs], dtype=pl.String)
     found = _pairs_by_line(text, values) if n_lines > 1 else None
     lines, raws = found if found is not None else _pair_lines(text, len(values), n_lines, tally)
+    pairs = _Pairs(
+        pl.Series([str(p[0]) for p in series.pairs], dtype=pl.String),
+        values,
+        pl.Series(lines, dtype=pl.Int64),
+        pl.Series(raws, dtype=pl.String),
+    )
+    return _frame(pairs, series, rel)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pairs:
+    """Every sample pair of a document in document order: time and value as written, the
+    line it starts on and its text."""
+
+    t: pl.Series
+    value: pl.Series
+    line: pl.Series
+    raw: pl.Series
+
+
+def _frame(pairs: _Pairs, series: _Series, rel: str) -> pl.DataFrame:
+    """Store-ready sample rows (head, ts, value, provenance) of the named series."""
+    index = pl.Series(range(len(series.heads))).repeat_by(pl.Series(series.counts)).explode()
     cited = pl.Series(series.queries).gather(index)
     frame = pl.DataFrame(
         {
             "head": pl.Series(series.heads).gather(index),
-            "_t": [str(p[0]) for p in series.pairs],
-            "value": values,
-            "source_line": pl.Series(lines, dtype=pl.Int64),
-            "raw": pl.Series(raws, dtype=pl.String),
+            "_t": pairs.t,
+            "value": pairs.value,
+            "source_line": pairs.line,
+            "raw": pairs.raw,
         }
     ).with_columns(  # the query the sample came from is part of its provenance
         pl.when(cited != "").then(pl.col("raw") + " from " + cited).otherwise(pl.col("raw"))
@@ -200,6 +247,38 @@ def _samples(text: str, series: _Series, rel: str, n_lines: int, tally: Tally) -
         pl.col("value").cast(pl.Float64, strict=False),
         pl.lit(None, pl.Int64).alias("scrape"),
     )
+
+
+def _pairs_of_arrays(text: str, arrays: list[PairArray]) -> _Pairs | None:
+    """The pairs of arrays kept as text, read by polars from each array's lines; None when
+    a pair is spread over lines (`jq .` writes each number on its own line)."""
+    first_lines, line, at = [], 1, 0
+    for array in arrays:  # the line each array starts on, counting forward once
+        line += text.count("\n", at, array.start)
+        at = array.start
+        first_lines.append(line)
+    texts = pl.Series([array.text(text) for array in arrays], dtype=pl.String)
+    per_array = texts.str.split("\n")
+    lines = per_array.explode()
+    numbers = (
+        pl.Series(first_lines, dtype=pl.Int64).repeat_by(per_array.list.len()).explode()
+        + pl.int_ranges(0, per_array.list.len(), eager=True).explode()
+    )
+    counts = lines.str.count_matches(_PAIR.pattern)
+    if counts.sum() != sum(array.count for array in arrays):
+        return None  # the arrays hold nothing but pairs: the missing ones span lines
+    holding = counts > 0
+    if counts.max() == 1:  # a pair per line, as kvdiag writes them: one regex pass
+        parts = lines.filter(holding).str.extract_groups(_PAIR_GROUPS).struct
+        at_line = numbers.filter(holding)
+    else:  # several pairs on a line (compact JSON spread over a few lines)
+        raw = lines.str.extract_all(_PAIR.pattern).explode().drop_nulls()
+        parts = raw.str.extract_groups(_PAIR_GROUPS).struct
+        at_line = numbers.filter(holding).repeat_by(counts.filter(holding)).explode()
+    found = parts.field("pair")
+    if found.str.contains(r"\s\s|[^\S ]").any():  # runs of white space made one space
+        found = found.str.replace_all(r"\s+", " ")
+    return _Pairs(parts.field("t"), parts.field("value"), at_line, found)
 
 
 def _pairs_by_line(text: str, values: pl.Series) -> tuple[pl.Series, pl.Series] | None:

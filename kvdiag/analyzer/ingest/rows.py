@@ -6,7 +6,7 @@ import codecs
 import json
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -126,12 +126,15 @@ def _decode(data: bytes) -> str:
     return data.removeprefix(codecs.BOM_UTF8).decode("utf-8", errors="replace")
 
 
-def load_json(small: SmallText, limit: int) -> tuple[Any, tuple[int | None, str] | None]:
-    """The JSON document of a small file, or (line, message) saying why it cannot be read."""
+def load_json(
+    small: SmallText, limit: int, parse: Callable[[str], Any] = json.loads
+) -> tuple[Any, tuple[int | None, str] | None]:
+    """The JSON document of a small file (as `parse` reads it: json.loads or one that raises
+    its errors), or (line, message) saying why it cannot be read."""
     if small.cut:
         return None, (None, f"larger than {limit:,} bytes once decompressed: not read")
     try:
-        return json.loads(small.text), None
+        return parse(small.text), None
     except json.JSONDecodeError as exc:  # at the end of a text ending in \n: its last line
         line = min(exc.lineno, max(count_lines(small.text), 1))
         return None, (line, f"not valid JSON: {exc.msg}")

@@ -14,13 +14,14 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kvdiag.analyzer.errors import KvdiagError
 from kvdiag.analyzer.exitcodes import ExitCode
+from kvdiag.analyzer.ingest.api_pairs import split_pairs
 
 TOKEN_ENV = "KVDIAG_PROMETHEUS_TOKEN"
 USER_ENV = "KVDIAG_PROMETHEUS_USER"
@@ -102,26 +103,31 @@ class PromClient:
 
     def get(self, path: str, params: Mapping[str, Any]) -> Any:
         """The `data` of a successful API response."""
+        return self._success(path, self._parse(path, self._body(path, params), json.loads))
+
+    def _body(self, path: str, params: Mapping[str, Any]) -> bytes:
         query = urllib.parse.urlencode(params, doseq=True)
         request = urllib.request.Request(f"{self.url}{path}?{query}", headers=self._auth.headers())
         self.requests += 1
         try:
             with urllib.request.urlopen(request, timeout=self._timeout) as response:
-                body = response.read()
+                return bytes(response.read())
         except urllib.error.HTTPError as exc:
-            body = exc.read()
+            body = bytes(exc.read())
             if not body.lstrip().startswith(b"{"):
                 raise LiveSourceError(f"{self.url}{path}: HTTP {exc.code} {exc.reason}") from None
+            return body  # the API's own error document, said by _success
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise LiveSourceError(f"{self.url}: cannot connect ({reason})") from None
-        return self._data(path, body)
 
-    def _data(self, path: str, body: bytes) -> Any:
+    def _parse(self, path: str, payload: bytes | str, parse: Callable[[Any], Any]) -> Any:
         try:
-            doc = json.loads(body)
-        except ValueError:
+            return parse(payload)
+        except (ValueError, RecursionError):  # JSON errors, and bytes that are not UTF-8
             raise LiveSourceError(f"{self.url}{path}: the answer is not JSON") from None
+
+    def _success(self, path: str, doc: Any) -> Any:
         if not isinstance(doc, dict) or doc.get("status") != "success":
             error = doc.get("error", doc) if isinstance(doc, dict) else doc
             raise LiveSourceError(f"{self.url}{path}: {error}")
@@ -134,10 +140,22 @@ class PromClient:
         )
         return [str(n) for n in data or []]
 
-    def query_range(self, query: str, start: float, end: float, step: float) -> dict[str, Any]:
-        data = self.get(
-            "/api/v1/query_range", {"query": query, "start": start, "end": end, "step": step}
-        )
+    def query_range(self, query: str, start: float, end: float, step: float) -> Matrix:
+        """The matrix answer, its sample pairs left as text where they are plain."""
+        path = "/api/v1/query_range"
+        body = self._body(path, {"query": query, "start": start, "end": end, "step": step})
+        text = self._parse(path, body, lambda b: b.decode("utf-8"))
+        doc, _ = self._parse(path, text, split_pairs)
+        data = self._success(path, doc)
         if not isinstance(data, dict) or data.get("resultType") != "matrix":
             raise LiveSourceError(f"{self.url}: query_range answered no matrix for {query}")
-        return data
+        result = data.get("result")
+        return Matrix(result if isinstance(result, list) else [], text)
+
+
+@dataclass(frozen=True, slots=True)
+class Matrix:
+    """A query_range result: its series, whose `values` may be PairArrays into `text`."""
+
+    result: list[Any]
+    text: str

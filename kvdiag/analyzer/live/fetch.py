@@ -24,7 +24,8 @@ from typing import Any
 from kvdiag import __version__
 from kvdiag.analyzer.atomic import write_atomic
 from kvdiag.analyzer.ingest.aliases import load_aliases
-from kvdiag.analyzer.live.client import Auth, LiveSourceError, PromClient
+from kvdiag.analyzer.ingest.api_pairs import PairArray, compact_pairs
+from kvdiag.analyzer.live.client import Auth, LiveSourceError, Matrix, PromClient
 from kvdiag.analyzer.live.promql import (
     PLAN,
     POINT_LIMIT,
@@ -120,8 +121,7 @@ def _fetch_one(
     grid = Grid.ending_at(req.since, req.until, step)
     query = expression(series, req.matchers, step, req.replica_label)
     chunks = grid.chunks(req.point_limit)
-    results = [client.query_range(query, c.start, c.end, c.step)["result"] for c in chunks]
-    merged = merge_results(results)
+    merged = merge_results(client.query_range(query, c.start, c.end, c.step) for c in chunks)
     name = f"{index:02d}-{re.sub(r'[^A-Za-z0-9_.-]', '_', series.name)}.json"
     header = {
         "query": query,
@@ -140,30 +140,63 @@ def _fetch_one(
         **header,
         "requests": len(chunks),
         "series": len(merged),
-        "samples": sum(len(item["values"]) for item in merged),
-        "replicas": sorted({str(item["metric"].get("instance", "")) for item in merged}),
+        "samples": sum(item.count for item in merged),
+        "replicas": sorted({str(item.metric.get("instance", "")) for item in merged}),
     }
 
 
-def merge_results(parts: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+@dataclass
+class MergedSeries:
+    """One series (label set) over consecutive chunks: each chunk's pairs, as compact text
+    (`[t,"v"],[t,"v"]`) where the server wrote them plainly, else as parsed pairs."""
+
+    metric: dict[str, str]
+    pieces: list[str | list[Any]] = field(default_factory=list)
+    count: int = 0
+
+    def add(self, values: Any, text: str) -> None:
+        if isinstance(values, PairArray):
+            self.pieces.append(compact_pairs(text, values))
+            self.count += values.count
+        else:
+            listed = values if isinstance(values, list) else []
+            self.pieces.append(listed)
+            self.count += len(listed)
+
+    def lines(self) -> list[str]:
+        """The pairs as `[t, "v"]`, one a line (the text kept as the server wrote it)."""
+        texts = [piece for piece in self.pieces if isinstance(piece, str)]
+        if len(texts) == len(self.pieces):
+            text = ",".join(piece for piece in texts if piece)
+            if not text:
+                return []
+            # Plain pairs hold no `],[` or `,"` but between and within pairs.
+            return [text.replace("],[", "],\n[").replace(',"', ', "')]
+        pairs: list[Any] = []
+        for piece in self.pieces:
+            pairs += json.loads(f"[{piece}]") if isinstance(piece, str) else piece
+        return [",\n".join(f"[{_number(t)}, {_string(v)}]" for t, v in pairs)]
+
+
+def merge_results(parts: Iterable[Matrix]) -> list[MergedSeries]:
     """Matrix results of consecutive chunks, joined per series (label set), sorted."""
-    merged: dict[tuple[tuple[str, str], ...], list[Any]] = {}
-    for result in parts:
-        for item in result:
-            key = tuple(sorted((str(k), str(v)) for k, v in item.get("metric", {}).items()))
-            merged.setdefault(key, []).extend(item.get("values", []))
-    return [{"metric": dict(key), "values": values} for key, values in sorted(merged.items())]
+    merged: dict[tuple[tuple[str, str], ...], MergedSeries] = {}
+    for part in parts:
+        for item in part.result:
+            metric = item.get("metric", {}) if isinstance(item, dict) else {}
+            key = tuple(sorted((str(k), str(v)) for k, v in metric.items()))
+            series = merged.setdefault(key, MergedSeries(dict(key)))
+            series.add(item.get("values", []) if isinstance(item, dict) else [], part.text)
+    return [merged[key] for key in sorted(merged)]
 
 
-def render_response(header: dict[str, Any], result: list[dict[str, Any]]) -> bytes:
+def render_response(header: dict[str, Any], result: list[MergedSeries]) -> bytes:
     """The API's JSON, one sample pair per line, with the query's header fields first."""
     head = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in header.items())
     lines = [f'{{{head}, "status": "success", "data": {{"resultType": "matrix", "result": [']
     for i, item in enumerate(result):
-        lines.append(f'{{"metric": {json.dumps(item["metric"], sort_keys=True)}, "values": [')
-        pairs = [f"[{_number(t)}, {_string(v)}]" for t, v in item["values"]]
-        if pairs:
-            lines.append(",\n".join(pairs))
+        lines.append(f'{{"metric": {json.dumps(item.metric, sort_keys=True)}, "values": [')
+        lines += item.lines()
         lines.append("]}" + ("," if i < len(result) - 1 else ""))
     lines.append("]}}")
     return ("\n".join(lines) + "\n").encode("utf-8")
