@@ -6,7 +6,7 @@ import dataclasses
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,11 +25,11 @@ from kvdiag.analyzer import (
 )
 from kvdiag.analyzer.discover import DEFAULT_REPLICA, Discovery, discover
 from kvdiag.analyzer.errors import NoInputError
-from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
-from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
+from kvdiag.analyzer.ingest.base import Account, Emit, IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.model_config import model_config_unit
 from kvdiag.analyzer.model import Diagnosis, InputProblem, InputRecord
 from kvdiag.analyzer.options import AnalyzeOptions
+from kvdiag.analyzer.readahead import ReadAhead
 from kvdiag.analyzer.series import build_series
 from kvdiag.analyzer.store import Store
 
@@ -77,13 +77,12 @@ def _record(unit: InputUnit, acct: Account) -> InputRecord:
 
 
 def _ingest_unit(
-    unit: InputUnit, ctx: IngestContext, store: Store
+    unit: InputUnit, emits: Iterator[Emit], store: Store
 ) -> tuple[list[InputRecord], list[InputProblem]]:
-    ingester = INGESTERS_BY_KIND[unit.kind]()
     records: list[InputRecord] = []
     problems: list[InputProblem] = []
     try:
-        for emit in ingester.ingest(unit, ctx):
+        for emit in emits:
             if isinstance(emit, TableBatch):
                 store.append(emit.table, emit.frame)
             elif isinstance(emit, InputProblem):
@@ -140,14 +139,17 @@ def _ingest_all(
     ctx = IngestContext(found.root, opts.year, found.anchor, found.anchor_source)
     records: list[InputRecord] = list(found.set_aside)
     problems: list[InputProblem] = []
-    for i, unit in enumerate(found.units):
-        unit_ctx = ctx
-        if progress is not None:
-            progress(i, len(found.units), unit, 0, 0)
-            unit_ctx = dataclasses.replace(ctx, progress=_unit_progress(progress, i, found, unit))
-        recs, probs = _ingest_unit(unit, unit_ctx, store)
-        records += recs
-        problems += probs
+    with ReadAhead(found.units, ctx) as reading:
+        for i, unit in enumerate(found.units):
+            unit_ctx = ctx
+            if progress is not None:
+                progress(i, len(found.units), unit, 0, 0)
+                unit_ctx = dataclasses.replace(
+                    ctx, progress=_unit_progress(progress, i, found, unit)
+                )
+            recs, probs = _ingest_unit(unit, reading.emits(i, unit_ctx), store)
+            records += recs
+            problems += probs
     records.sort(key=lambda r: r.path)
     return records, problems
 

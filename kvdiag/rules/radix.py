@@ -10,6 +10,8 @@ percentage says.
 
 from __future__ import annotations
 
+import polars as pl
+
 from kvdiag.analyzer.model import Comparison
 from kvdiag.rules.base import RuleContext
 
@@ -26,16 +28,22 @@ JOIN g u ON u.metric = 'kv_used_tokens' AND u.replica = e.replica
     AND u.engine IS NOT DISTINCT FROM e.engine AND u.ts IS NOT DISTINCT FROM e.ts
 JOIN g a ON a.metric = 'kv_available_tokens' AND a.replica = e.replica
     AND a.engine IS NOT DISTINCT FROM e.engine AND a.ts IS NOT DISTINCT FROM e.ts
-WHERE e.metric = 'kv_evictable_tokens' AND u.value + a.value + e.value > 0 {scope}
+WHERE e.metric = 'kv_evictable_tokens' AND u.value + a.value + e.value > 0
+QUALIFY row_number() OVER (
+    PARTITION BY e.replica
+    ORDER BY e.value / (u.value + a.value + e.value) DESC, e.ts, e.source_path, e.source_line
+) = 1
 ORDER BY e.value / (u.value + a.value + e.value) DESC, e.ts, e.source_path, e.source_line
-LIMIT 1
 """
 
 
 def evictable_added_back(ctx: RuleContext, scope: str | None) -> Comparison | None:
-    """The pool's occupancy with the evictable radix cache, at the scrape where it held most."""
-    where, params = ("AND e.replica = ?", [scope]) if scope else ("", [])
-    rows = ctx.sql(_COUNTS.format(scope=where), params)
+    """The pool's occupancy with the evictable radix cache, at the scrape where it held most
+    (of the replica's scrapes, or of all when `scope` is None)."""
+    # One query for the whole fleet (each replica's row), not a scan per replica.
+    rows = ctx.store.memo(("radix_counts",), lambda: ctx.sql(_COUNTS))
+    if scope:
+        rows = rows.filter(pl.col("replica") == scope)
     if rows.is_empty():
         return None
     r = rows.row(0, named=True)
