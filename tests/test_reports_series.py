@@ -13,6 +13,7 @@ import duckdb
 import polars as pl
 import pytest
 
+from kvdiag.analyzer import series as series_module
 from kvdiag.analyzer.model import Series
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
@@ -194,3 +195,23 @@ def test_the_busiest_replicas_are_charted_first_by_waiting_then_usage() -> None:
     ]
     assert busiest_replicas(series) == ["queued", "full", "quiet", "no-load-measure"]
     assert busiest_replicas(series, limit=2) == ["queued", "full"]
+
+
+def test_a_fleet_charts_its_busiest_replicas_as_if_all_were_charted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past MAX_CHARTED_REPLICAS, the series that do not rank replicas are read for the
+    charted replicas only: the same points as reading every replica and keeping those."""
+    scrapes = sorted((SATURATION / "metrics").glob("*.prom"), key=lambda p: float(p.stem))
+    for k in range(10):  # ten replicas (a folder with a server log each), different minutes
+        folder = tmp_path / f"replica-{k}"
+        folder.mkdir()
+        shutil.copy(SATURATION / "server.log", folder / "server.log")
+        for path in scrapes[k * 12 : k * 12 + 60]:
+            shutil.copy(path, folder / path.name)
+    charted = analyze(AnalyzeOptions(incident=tmp_path)).diagnosis.series
+    monkeypatch.setattr(series_module, "_fleet_charted", lambda ranking: None)
+    everyone = analyze(AnalyzeOptions(incident=tmp_path)).diagnosis.series
+    assert charted == everyone
+    assert len({s.replica for s in charted}) == 8
+    assert {s.name for s in charted} >= {"num_requests_running", "time_to_first_token_p99"}

@@ -170,19 +170,31 @@ def _charted(query: str) -> str:
     return f"SELECT * FROM ({query}) WHERE value IS NOT NULL AND isfinite(value)"
 
 
-def _read(reader: StoreReader, spec: _Spec) -> tuple[str, list[object], pl.DataFrame, str]:
-    """The series' full-resolution query, its downsampled rows and its source.
+def _read(
+    reader: StoreReader, spec: _Spec, only: list[str] | None = None
+) -> tuple[str, list[object], pl.DataFrame, str]:
+    """The series' full-resolution query, its downsampled rows (of the replicas in `only`,
+    or all) and its source.
 
     The reduction runs in DuckDB: a day of stats lines or scrapes is millions of rows, of
     which a chart keeps MAX_POINTS per replica.
     """
     if spec.metric is not None:
         query, params, names = _metric_query(reader, spec)
-        small = reader.sql(downsampled(_charted(query), spec.downsample), params)
+        small = _downsampled(reader, spec, query, params, only)
         if small.height or spec.stats_column is None:
             return query, params, small, f"metrics: {names}"
     query, params, source = _stats_query(reader, spec)
-    return query, params, reader.sql(downsampled(_charted(query), spec.downsample)), source
+    return query, params, _downsampled(reader, spec, query, params, only), source
+
+
+def _downsampled(
+    reader: StoreReader, spec: _Spec, query: str, params: list[object], only: list[str] | None
+) -> pl.DataFrame:
+    if only is not None:  # DuckDB pushes the filter down to the scan, through the windows
+        query = f"SELECT * FROM ({query}) WHERE list_contains(?, replica)"
+        params = [*params, only]
+    return reader.sql(downsampled(_charted(query), spec.downsample), params)
 
 
 def downsampled(query: str, how: str, max_points: int = MAX_POINTS) -> str:
@@ -231,18 +243,34 @@ _HOT = {"kv_cache_usage": f"value >= {WINDOW_USAGE_PCT!r}", "num_requests_waitin
 
 
 def build_series(reader: StoreReader) -> tuple[tuple[Series, ...], tuple[str, str] | None]:
-    """Every charted series (per replica, downsampled) and the incident window."""
-    series: list[Series] = []
+    """Every charted series (per replica, downsampled) and the incident window.
+
+    The measures that rank replicas (CHARTED_BY) are read first, for every replica; the
+    other series only for the replicas charted, when a fleet has more than can be.
+    """
+    per_spec: dict[str, list[Series]] = {}
     spans: list[pl.DataFrame] = []
-    for spec in SPECS:
-        query, params, small, source = _read(reader, spec)
+    only: list[str] | None = None
+    for spec in sorted(SPECS, key=lambda s: s.name not in _BUSY_MEASURES):
+        if spec.name not in _BUSY_MEASURES and only is None:
+            only = _fleet_charted([x for xs in per_spec.values() for x in xs])
+        query, params, small, source = _read(reader, spec, only)
         if small.is_empty():
             continue
         if spec.name in _HOT:
             spans.append(reader.sql(_hot_span(query, _HOT[spec.name]), params))
-        series += _to_series(spec, small, source)
+        per_spec[spec.name] = _to_series(spec, small, source)
+    series = [x for spec in SPECS for x in per_spec.get(spec.name, [])]
     busiest = set(busiest_replicas(series))
     return tuple(s for s in series if s.replica in busiest), incident_window(spans)
+
+
+def _fleet_charted(ranking: list[Series]) -> list[str] | None:
+    """The replicas to chart when the ranking measures name more than can be, else None
+    (all of them: a replica with none of those measures still gets its other charts)."""
+    if len({s.replica for s in ranking}) <= MAX_CHARTED_REPLICAS:
+        return None
+    return busiest_replicas(ranking)
 
 
 def busiest_replicas(series: list[Series], limit: int = MAX_CHARTED_REPLICAS) -> list[str]:
