@@ -257,28 +257,13 @@ def _pairs_of_arrays(text: str, arrays: list[PairArray]) -> _Pairs | None:
         line += text.count("\n", at, array.start)
         at = array.start
         first_lines.append(line)
-    texts = pl.Series([array.text(text) for array in arrays], dtype=pl.String)
-    per_array = texts.str.split("\n")
-    lines = per_array.explode()
+    per_array = pl.Series([array.text(text) for array in arrays], dtype=pl.String).str.split("\n")
     numbers = (
         pl.Series(first_lines, dtype=pl.Int64).repeat_by(per_array.list.len()).explode()
         + pl.int_ranges(0, per_array.list.len(), eager=True).explode()
     )
-    counts = lines.str.count_matches(_PAIR.pattern)
-    if counts.sum() != sum(array.count for array in arrays):
-        return None  # the arrays hold nothing but pairs: the missing ones span lines
-    holding = counts > 0
-    if counts.max() == 1:  # a pair per line, as kvdiag writes them: one regex pass
-        parts = lines.filter(holding).str.extract_groups(_PAIR_GROUPS).struct
-        at_line = numbers.filter(holding)
-    else:  # several pairs on a line (compact JSON spread over a few lines)
-        raw = lines.str.extract_all(_PAIR.pattern).explode().drop_nulls()
-        parts = raw.str.extract_groups(_PAIR_GROUPS).struct
-        at_line = numbers.filter(holding).repeat_by(counts.filter(holding)).explode()
-    found = parts.field("pair")
-    if found.str.contains(r"\s\s|[^\S ]").any():  # runs of white space made one space
-        found = found.str.replace_all(r"\s+", " ")
-    return _Pairs(parts.field("t"), parts.field("value"), at_line, found)
+    # The arrays hold nothing but pairs: any missing from the lines spans lines.
+    return _pairs_on_lines(per_array.explode(), numbers, sum(a.count for a in arrays))
 
 
 def _pairs_by_line(text: str, values: pl.Series) -> tuple[pl.Series, pl.Series] | None:
@@ -287,26 +272,32 @@ def _pairs_by_line(text: str, values: pl.Series) -> tuple[pl.Series, pl.Series] 
     Saved query results (kvdiag's own, or `jq .` output) hold a pair per line; the pairs
     found line by line must be exactly the parsed ones, in order, or the slow path decides.
     """
-    pattern = _PAIR.pattern
     lines = pl.Series([text]).str.split("\n").explode()
-    counts = lines.str.count_matches(pattern)
-    if counts.sum() != values.len():
+    numbers = pl.int_range(1, lines.len() + 1, eager=True, dtype=pl.Int64)
+    pairs = _pairs_on_lines(lines, numbers, values.len())
+    if pairs is None or not pairs.value.equals(values):
+        return None
+    return pairs.line, pairs.raw
+
+
+def _pairs_on_lines(lines: pl.Series, numbers: pl.Series, expected: int) -> _Pairs | None:
+    """The pairs found within lines (numbered by `numbers`), or None unless `expected`."""
+    counts = lines.str.count_matches(_PAIR.pattern)
+    if counts.sum() != expected:
         return None
     holding = counts > 0
-    at = pl.int_range(1, lines.len() + 1, eager=True, dtype=pl.Int64).filter(holding)
     if counts.max() == 1:  # a pair per line, as kvdiag writes them: one regex pass
         parts = lines.filter(holding).str.extract_groups(_PAIR_GROUPS).struct
-        found, stated = parts.field("pair"), parts.field("value")
-    else:
-        found = lines.str.extract_all(pattern).explode().drop_nulls()
-        at = at.repeat_by(counts.filter(holding)).explode()
-        stated = found.str.extract(pattern, 2)
-    if not stated.equals(values):
-        return None
+        at = numbers.filter(holding)
+    else:  # several pairs on a line (compact JSON spread over a few lines)
+        found = lines.str.extract_all(_PAIR.pattern).explode().drop_nulls()
+        parts = found.str.extract_groups(_PAIR_GROUPS).struct
+        at = numbers.filter(holding).repeat_by(counts.filter(holding)).explode()
+    raw = parts.field("pair")
     # Raw text with runs of white space made one space; most files have none to change.
-    if found.str.contains(r"\s\s|[^\S ]").any():
-        found = found.str.replace_all(r"\s+", " ")
-    return at, found
+    if raw.str.contains(r"\s\s|[^\S ]").any():
+        raw = raw.str.replace_all(r"\s+", " ")
+    return _Pairs(parts.field("t"), parts.field("value"), at, raw)
 
 
 def _pair_lines(
