@@ -15,6 +15,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from kvdiag.analyzer.ingest import prom_api
 from kvdiag.analyzer.ingest.api_pairs import PairArray, compact_pairs, split_pairs
 from kvdiag.analyzer.live.client import Matrix
 from kvdiag.analyzer.live.fetch import merge_results, render_response
@@ -135,3 +136,16 @@ def test_the_ingester_reads_kept_pairs_as_the_full_parse(tmp_path: Path) -> None
     for row in fast.iter_rows(named=True):
         pair_text = row["raw"].removesuffix(" from q")
         assert lines[row["source_line"] - 1].rstrip(",") == pair_text
+
+
+def test_a_long_document_is_stored_in_chunks_each_sample_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = _matrix()
+    ours = render_response({"query": "q"}, merge_results([Matrix(doc["data"]["result"], "")]))
+    write(tmp_path, "ours.json", ours.decode())
+    whole = ingest(tmp_path).table("metric_samples")
+    monkeypatch.setattr(prom_api, "CHUNK_ROWS", 7)
+    chunked = ingest(tmp_path)
+    assert chunked.table("metric_samples").equals(whole)
+    assert chunked.account("ours.json").records == whole.height == 240

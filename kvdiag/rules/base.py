@@ -121,16 +121,25 @@ class RuleContext:
         return rows if replica is None else [r for r in rows if r.get("replica") == replica]
 
     def evidence(self, row: Mapping[str, Any], what: str, value: Any) -> Evidence:
-        """Evidence from a store row that carries provenance columns."""
+        """Evidence from a store row that carries provenance columns (a metric sample's
+        text is read back by its `sample_row` when the row does not carry it)."""
         line = row.get("source_line")
+        raw = row.get("raw")
+        if raw is None and row.get("sample_row") is not None:
+            raw = self._sample_text(int(row["sample_row"]))
         return Evidence(
             path=str(row["source_path"]),
             line=int(line) if line is not None else None,
             ts=fmt_ts(row.get("ts")),
             what=what,
             value=value,
-            excerpt=excerpt(row.get("raw")),
+            excerpt=excerpt(raw),
         )
+
+    def _sample_text(self, row_id: int) -> str | None:
+        query = "SELECT raw FROM metric_samples WHERE rowid = ?"
+        found = self.store.memo(("sample_raw", row_id), lambda: self.sql(query, [row_id]))
+        return str(found.item()) if found.height and found.item() is not None else None
 
     def finding(
         self,

@@ -27,7 +27,7 @@ from kvdiag.rules.queries import (
 )
 
 _KEY = ["replica", "engine", "ts"]
-_PROV = ["source_path", "source_line", "raw"]
+_PROV = ["source_path", "source_line", "sample_row"]  # sample_row: see queries._SAMPLE_COLS
 
 
 def _metric_points(ctx: RuleContext) -> pl.DataFrame:
@@ -46,7 +46,7 @@ def _metric_points(ctx: RuleContext) -> pl.DataFrame:
                 frame = frame.with_columns(
                     pl.lit(None, pl.String).alias("w_path"),
                     pl.lit(None, pl.Int64).alias("w_line"),
-                    pl.lit(None, pl.String).alias("w_raw"),
+                    pl.lit(None, pl.Int64).alias("w_sample_row"),
                 )
             continue
         picked = other.select(
@@ -55,7 +55,7 @@ def _metric_points(ctx: RuleContext) -> pl.DataFrame:
                 pl.col("value").alias(col),
                 pl.col("source_path").alias(f"{prefix}path"),
                 pl.col("source_line").alias(f"{prefix}line"),
-                pl.col("raw").alias(f"{prefix}raw"),
+                pl.col("sample_row").alias(f"{prefix}sample_row"),
             ]
         ).unique(subset=_KEY, keep="first", maintain_order=True)
         frame = frame.join(picked, on=_KEY, how="left", nulls_equal=True)
@@ -78,8 +78,8 @@ def _log_points(ctx: RuleContext) -> pl.DataFrame:
         "WHERE kv_usage_pct IS NOT NULL ORDER BY replica, ts NULLS FIRST, file_no, source_line"
     )
     return stats.with_columns(
-        *(pl.lit(None, pl.String).alias(c) for c in ("source_path", "raw", "w_path", "w_raw")),
-        pl.lit(None, pl.Int64).alias("w_line"),
+        *(pl.lit(None, pl.String).alias(c) for c in ("source_path", "w_path")),
+        *(pl.lit(None, pl.Int64).alias(c) for c in ("sample_row", "w_line", "w_sample_row")),
         pl.lit("log").alias("origin"),
     )
 
@@ -93,7 +93,7 @@ COLUMNS = [
     *_PROV,
     "w_path",
     "w_line",
-    "w_raw",
+    "w_sample_row",
     "origin",
     "row_id",  # a stats line's row in log_stats (its provenance is read back by it)
 ]
@@ -150,7 +150,11 @@ def waiting_evidence(ctx: RuleContext, row: dict[str, Any]) -> Evidence:
     if row["origin"] == "log":
         src = _cited(ctx, row)
     else:
-        src = {"source_path": row["w_path"], "source_line": row["w_line"], "raw": row["w_raw"]}
+        src = {
+            "source_path": row["w_path"],
+            "source_line": row["w_line"],
+            "sample_row": row["w_sample_row"],
+        }
         src |= {"ts": row["ts"], "origin": row["origin"]}
     value = row["waiting"]
     return point_evidence(

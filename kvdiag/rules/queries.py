@@ -25,7 +25,11 @@ __all__ = [
     "split_by_replica",
 ]
 
-_SAMPLE_COLS = "replica, engine, ts, value, reason, le, source_path, source_line, raw"
+# No `raw`: a fleet's gauges and counters are millions of rows, of which evidence cites a
+# few; RuleContext.evidence reads a cited row's text back by its row id (`sample_row`).
+_SAMPLE_COLS = (
+    "replica, engine, ts, value, reason, le, source_path, source_line, rowid AS sample_row"
+)
 
 
 def gauge(ctx: RuleContext, metric: str, reason: str | None = None) -> pl.DataFrame:
