@@ -12,6 +12,7 @@ source fetches are backfilled. Prints the time of each phase and the ratio to th
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -125,15 +126,20 @@ def main() -> None:
 
 
 def _analyze(url: str, hours: float) -> float:
-    """One `kvdiag analyze --prometheus` over the whole replay; prints its phases."""
+    """One `kvdiag analyze --prometheus` over the whole replay; prints its phases and peak RSS."""
     until = T0 + hours * 3600 + 10
     cmd = [sys.executable, "-m", "kvdiag", "analyze", "--prometheus", url]
     cmd += ["--since", f"{T0 - 1:.0f}", "--until", f"{until:.0f}"]
     cmd += ["--selector", '{job="fleet"}', "--timings", "-f", "json", "-o", "/dev/null"]
     t = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak, not the largest so far
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
     total = time.perf_counter() - t
-    print(done.stderr.strip(), flush=True)
+    print(err.strip(), flush=True)
+    print(f"peak RSS {usage.ru_maxrss / 1024:.0f} MiB", flush=True)
     return total
 
 
