@@ -8,6 +8,7 @@ the full parse gives, byte for byte and row for row, on the real saturation run.
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +150,42 @@ def test_a_long_document_is_stored_in_chunks_each_sample_once(
     chunked = ingest(tmp_path)
     assert chunked.table("metric_samples").equals(whole)
     assert chunked.account("ours.json").records == whole.height == 240
+
+
+known_name = st.sampled_from(
+    ["vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total"]
+)
+sane_pair = st.tuples(
+    st.integers(1_700_000_000, 1_900_000_000) | st.floats(1.7e9, 1.9e9), plain_value
+).map(list)
+stored_series = st.fixed_dictionaries(
+    {
+        "metric": st.fixed_dictionaries(
+            {"__name__": known_name, "instance": st.sampled_from(["a:1", "b:2"])},
+            optional={"engine": st.sampled_from(["0", "1"]), "trick": label},
+        ),
+        "values": st.lists(sane_pair, max_size=6),
+    }
+)
+
+
+@given(st.lists(stored_series, max_size=5))
+def test_any_export_stores_the_same_rows_from_kept_pairs_as_from_the_full_parse(
+    result: list[dict[str, Any]],
+) -> None:
+    doc = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+    ours = render_response({"query": "q"}, merge_results([Matrix(result, "")])).decode()
+    with tempfile.TemporaryDirectory() as tmp:
+        write(Path(tmp) / "a", "ours.json", ours)
+        write(Path(tmp) / "b", "jq.json", json.dumps(doc, indent=2))
+        fast = ingest(Path(tmp) / "a").tables.get("metric_samples")
+        full = ingest(Path(tmp) / "b").tables.get("metric_samples")
+    if fast is None or full is None:
+        assert fast is full is None
+        return
+    columns = ["name", "replica", "engine", "ts", "value"]
+    assert (
+        fast.select(columns)
+        .sort(columns, nulls_last=True)
+        .equals(full.select(columns).sort(columns, nulls_last=True))
+    )
