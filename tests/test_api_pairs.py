@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from kvdiag.analyzer.ingest import prom_api
 from kvdiag.analyzer.ingest.api_pairs import PairArray, compact_pairs, split_pairs
-from kvdiag.analyzer.live.client import Matrix
+from kvdiag.analyzer.live.client import LiveSourceError, Matrix
 from kvdiag.analyzer.live.fetch import merge_results, render_response
 from tests.metric_support import ingest, write
 from tests.test_prom_exports import _matrix
@@ -189,3 +189,12 @@ def test_any_export_stores_the_same_rows_from_kept_pairs_as_from_the_full_parse(
         .sort(columns, nulls_last=True)
         .equals(full.select(columns).sort(columns, nulls_last=True))
     )
+
+
+@pytest.mark.parametrize(
+    "item", [[1, "2"], {"metric": "x", "values": []}, {"metric": {}, "values": {"a": 1}}]
+)
+def test_a_series_that_is_not_one_is_the_servers_error(item: Any) -> None:
+    with pytest.raises(LiveSourceError, match="not one"):
+        merge_results([Matrix([item], "")])
+    assert merge_results([Matrix([{"values": []}], "")])[0].metric == {}  # no labels: fine

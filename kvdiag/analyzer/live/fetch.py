@@ -154,14 +154,13 @@ class MergedSeries:
     pieces: list[str | list[Any]] = field(default_factory=list)
     count: int = 0
 
-    def add(self, values: Any, text: str) -> None:
+    def add(self, values: PairArray | list[Any], text: str) -> None:
         if isinstance(values, PairArray):
             self.pieces.append(compact_pairs(text, values))
             self.count += values.count
         else:
-            listed = values if isinstance(values, list) else []
-            self.pieces.append(listed)
-            self.count += len(listed)
+            self.pieces.append(values)
+            self.count += len(values)
 
     def lines(self) -> list[str]:
         """The pairs as `[t, "v"]`, one a line (the text kept as the server wrote it)."""
@@ -183,10 +182,14 @@ def merge_results(parts: Iterable[Matrix]) -> list[MergedSeries]:
     merged: dict[tuple[tuple[str, str], ...], MergedSeries] = {}
     for part in parts:
         for item in part.result:
-            metric = item.get("metric", {}) if isinstance(item, dict) else {}
+            metric = item.get("metric", {}) if isinstance(item, dict) else None
+            values = item.get("values", []) if isinstance(item, dict) else None
+            if not isinstance(metric, dict) or not isinstance(values, PairArray | list):
+                raise LiveSourceError(
+                    f"the server answered a series that is not one: {item!r:.200}"
+                )
             key = tuple(sorted((str(k), str(v)) for k, v in metric.items()))
-            series = merged.setdefault(key, MergedSeries(dict(key)))
-            series.add(item.get("values", []) if isinstance(item, dict) else [], part.text)
+            merged.setdefault(key, MergedSeries(dict(key))).add(values, part.text)
     return [merged[key] for key in sorted(merged)]
 
 
