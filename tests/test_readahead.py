@@ -80,3 +80,27 @@ def test_an_error_comes_after_the_emits_before_it(monkeypatch: pytest.MonkeyPatc
         list(reading.emits(i - 1, ctx))  # starts reading unit i on the worker
         got.extend(reading.emits(i, ctx))
     assert got == [batch]
+
+
+def test_leaving_stops_a_read_under_way_at_its_next_emit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C in the pipeline leaves the ReadAhead: the worker must not read on."""
+    units, ctx = _context(INCIDENT)
+    i = next(k for k, u in enumerate(units) if u.kind == "nvidia_smi" and k > 0)
+    started, release, produced = threading.Event(), threading.Event(), []
+
+    def slow(self: Any, unit: InputUnit, ctx: IngestContext) -> Iterator[Any]:
+        for n in range(100):
+            produced.append(n)
+            yield TableBatch("gpu_snapshots", pl.DataFrame({"gpu": [n]}))
+            started.set()
+            release.wait(5)
+
+    monkeypatch.setattr(INGESTERS_BY_KIND["nvidia_smi"], "ingest", slow)
+    with ReadAhead(units, ctx) as reading:
+        list(reading.emits(i - 1, ctx))  # starts reading unit i on the worker
+        assert started.wait(5)
+        future = reading._ahead[i]
+    release.set()
+    emits, error = future.result(timeout=5)
+    assert error is None
+    assert len(emits) == 1 and len(produced) == 2  # the emit after leaving was not kept

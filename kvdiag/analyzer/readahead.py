@@ -11,6 +11,7 @@ that their memory stays bounded; at most one whole file is read ahead of them.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
@@ -30,6 +31,7 @@ class ReadAhead:
         self._ctx = ctx
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvdiag-read-ahead")
         self._ahead: dict[int, Future[_Read]] = {}
+        self._stopping = threading.Event()
 
     def __enter__(self) -> ReadAhead:
         return self
@@ -37,7 +39,9 @@ class ReadAhead:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        # A read under way finishes on its own (threads cannot be stopped); none queued starts.
+        # None queued starts; one under way stops at its ingester's next emit (a thread
+        # cannot be stopped from outside, and the interpreter waits for it before exiting).
+        self._stopping.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def emits(self, i: int, ctx: IngestContext) -> Iterator[Emit]:
@@ -56,17 +60,19 @@ class ReadAhead:
 
     def _start(self, i: int) -> None:
         if i < len(self._units) and _read_whole(self._units[i]) and i not in self._ahead:
-            self._ahead[i] = self._pool.submit(_read, self._units[i], self._ctx)
+            self._ahead[i] = self._pool.submit(_read, self._units[i], self._ctx, self._stopping)
 
 
 def _read_whole(unit: InputUnit) -> bool:
     return INGESTERS_BY_KIND[unit.kind].max_bytes is not None
 
 
-def _read(unit: InputUnit, ctx: IngestContext) -> _Read:
+def _read(unit: InputUnit, ctx: IngestContext, stopping: threading.Event) -> _Read:
     emits: list[Emit] = []
     try:
         for emit in INGESTERS_BY_KIND[unit.kind]().ingest(unit, ctx):
+            if stopping.is_set():
+                break  # nobody will store it
             emits.append(emit)
     except Exception as exc:  # raised on the main thread, where the unit is stored
         return emits, exc
