@@ -130,16 +130,20 @@ def _read(
 ) -> tuple[_Series, pl.DataFrame]:
     """The document's series and samples: from the pair arrays' text when every series
     kept its pairs as text and the document has lines to cite, else from a full parse."""
-    series = _Series()
-    series.problems = list(_collect(found[0], series))
+    series = _series_of(found[0])
     if series.arrays and not series.pairs and n_lines > 1:
         pairs = _pairs_of_arrays(text, series.arrays)
         if pairs is not None:
             return series, _frame(pairs, series, rel)
     if series.arrays:  # pairs across lines, or some parsed and some kept: parse them all
-        series = _Series()
-        series.problems = list(_collect(json.loads(text), series))
+        series = _series_of(json.loads(text))
     return series, _samples(text, series, rel, n_lines, tally)
+
+
+def _series_of(doc: Any) -> _Series:
+    series = _Series()
+    series.problems = list(_collect(doc, series))
+    return series
 
 
 def _collect(doc: Any, series: _Series) -> Iterator[str]:
