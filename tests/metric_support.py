@@ -15,6 +15,7 @@ from kvdiag.analyzer.discover import discover
 from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import Account, IngestContext, TableBatch
 from kvdiag.analyzer.model import InputProblem
+from kvdiag.analyzer.schema.metrics import SERIES_HINT
 
 
 @dataclass
@@ -49,7 +50,8 @@ def ingest(root: Path) -> Ingested:
         out.kinds[unit.rel] = unit.kind
         for emit in INGESTERS_BY_KIND[unit.kind]().ingest(unit, ctx):
             if isinstance(emit, TableBatch):
-                parts[emit.table].append(emit.frame)
+                # The series hint numbers one batch's series: it means nothing across batches.
+                parts[emit.table].append(emit.frame.drop(SERIES_HINT, strict=False))
             elif isinstance(emit, InputProblem):
                 out.problems.append(emit)
             else:

@@ -18,6 +18,8 @@ import duckdb
 import polars as pl
 
 from kvdiag.analyzer.schema import TABLES, Table, table
+from kvdiag.analyzer.schema.metrics import SERIES_HINT
+from kvdiag.analyzer.store_series import POINTS, SAMPLES, SERIES, SeriesCatalog
 
 T = TypeVar("T")
 
@@ -53,7 +55,9 @@ def _interruptible() -> Iterator[None]:
 
 
 def ddl(t: Table) -> str:
-    """CREATE TABLE statement for a declared table."""
+    """CREATE TABLE (or VIEW) statement for a declared table."""
+    if t.view is not None:
+        return f'CREATE VIEW IF NOT EXISTS "{t.name}" AS {t.view}'
     cols = ",\n  ".join(f'"{c.name}" {c.type}' for c in t.columns)
     return f'CREATE TABLE IF NOT EXISTS "{t.name}" (\n  {cols}\n)'
 
@@ -175,6 +179,7 @@ class Store:
         # writes to the database file, so a 5 GB incident fits in the same memory as 1 GB.
         self._memory = MemoryLimit(self._con)
         self._con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
+        self._series = SeriesCatalog()
         for t in TABLES:
             self._con.execute(ddl(t))
 
@@ -186,10 +191,23 @@ class Store:
         """Append a frame; its columns must be declared, missing ones become NULL."""
         if frame.is_empty():
             return
-        declared = table(table_name).column_names
-        unknown = [c for c in frame.columns if c not in declared]
+        declared = table(table_name)
+        unknown = [c for c in frame.columns if c not in declared.column_names and c != SERIES_HINT]
         if unknown:
             raise ValueError(f"{table_name}: undeclared columns {unknown}")
+        if declared.part_of is not None:
+            raise ValueError(f"{table_name} is written by appending to {declared.part_of}")
+        if table_name == SAMPLES:
+            split = self._series.split(frame)
+            self._insert(SERIES, split.new_series)
+            self._insert(POINTS, split.points)
+            self._series.accept(split)
+        else:
+            self._insert(table_name, frame.drop(SERIES_HINT, strict=False))
+
+    def _insert(self, table_name: str, frame: pl.DataFrame) -> None:
+        if frame.is_empty():
+            return
         cols = ", ".join(f'"{c}"' for c in frame.columns)
         insert = f'INSERT INTO "{table_name}" ({cols}) SELECT {cols} FROM _kvdiag_batch'
         # Unregistering after a Ctrl-C inside the Arrow read can raise that read's error
@@ -213,10 +231,12 @@ class Store:
         self.append("implausible_values", flagged.drop("row_id"))
         for (name,), rows in flagged.group_by("table_name"):
             table(str(name))  # reject unknown names before they reach SQL
+            # A metric sample's row id is its rowid in metric_points (see store_series.py).
+            target = POINTS if name == SAMPLES else name
             self._con.register("_kvdiag_rows", rows.select("row_id").unique())
             try:
                 self._con.execute(
-                    f'DELETE FROM "{name}" WHERE rowid IN (SELECT row_id FROM _kvdiag_rows)'
+                    f'DELETE FROM "{target}" WHERE rowid IN (SELECT row_id FROM _kvdiag_rows)'
                 )
             finally:
                 self._con.unregister("_kvdiag_rows")

@@ -104,7 +104,8 @@ def _column_query(table: str, column: str, bounds: Range) -> str:
     low, high = bounds
     value = f'CAST("{column}" AS DOUBLE)'
     return (
-        f"SELECT '{table}' AS table_name, rowid AS row_id, '{column}' AS column_name, "
+        f"SELECT '{table}' AS table_name, {TABLES_BY_NAME[table].row_id} AS row_id, "
+        f"'{column}' AS column_name, "
         f"{value} AS value, {_num(low)} AS low, {_num(high)} AS high, "
         f'source_path, source_line, raw FROM "{table}" '
         f"WHERE {value} IS NOT NULL AND (isnan({value}) OR NOT ({value} BETWEEN "
@@ -119,7 +120,7 @@ def _metric_query() -> tuple[str, list[Any]]:
     params: list[Any] = [x for m in metrics for x in (m.canonical, *m.range)]
     return (
         f"WITH r(metric, low, high) AS (VALUES {rows}) "
-        "SELECT 'metric_samples' AS table_name, m.rowid AS row_id, m.metric AS column_name, "
+        "SELECT 'metric_samples' AS table_name, m.sample_row AS row_id, m.metric AS column_name, "
         "m.value, CASE WHEN m.suffix IN ('', 'total', 'sum') THEN r.low ELSE 0 END AS low, "
         "CASE WHEN m.suffix IN ('', 'total', 'sum') THEN r.high ELSE 'inf'::DOUBLE END "
         "AS high, m.source_path, m.source_line, m.raw "
@@ -144,7 +145,11 @@ def _config_query(config: dict[str, Range]) -> tuple[str, list[Any]]:
 
 
 def _nonempty(reader: StoreReader) -> list[str]:
-    names = [t.name for t in TABLES if set(t.column_names) >= _PROVENANCE and t.name != _SET_ASIDE]
+    names = [
+        t.name
+        for t in TABLES
+        if set(t.column_names) >= _PROVENANCE and t.name != _SET_ASIDE and t.part_of is None
+    ]
     counts = " UNION ALL ".join(f"SELECT '{n}', count(*) FROM \"{n}\"" for n in names)
     return [row[0] for row in reader.sql(counts).rows() if row[1]]
 

@@ -27,9 +27,7 @@ __all__ = [
 
 # No `raw`: a fleet's gauges and counters are millions of rows, of which evidence cites a
 # few; RuleContext.evidence reads a cited row's text back by its row id (`sample_row`).
-_SAMPLE_COLS = (
-    "replica, engine, ts, value, reason, le, source_path, source_line, rowid AS sample_row"
-)
+_SAMPLE_COLS = "replica, engine, ts, value, reason, le, source_path, source_line, sample_row"
 
 
 def gauge(ctx: RuleContext, metric: str, reason: str | None = None) -> pl.DataFrame:

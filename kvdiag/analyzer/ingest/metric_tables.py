@@ -19,6 +19,7 @@ from kvdiag.analyzer.ingest.base import template_expr
 from kvdiag.analyzer.ingest.prom_parse import parse_heads
 from kvdiag.analyzer.model import UnmatchedTemplate
 from kvdiag.analyzer.schema import table
+from kvdiag.analyzer.schema.metrics import SERIES_HINT
 
 MAX_RAW = 4096
 _GPU_METRICS = {
@@ -112,6 +113,7 @@ class SampleBuilder:
 def _metric_rows(joined: pl.DataFrame) -> pl.DataFrame:
     engine = pl.col("label_engine")
     out = joined.select(
+        *_series_hint(joined),
         "source_path",
         "source_line",
         pl.col("raw").str.slice(0, MAX_RAW),
@@ -128,8 +130,15 @@ def _metric_rows(joined: pl.DataFrame) -> pl.DataFrame:
         pl.col("value").cast(pl.Float64),
         "series",
     )
-    assert set(out.columns) <= set(table("metric_samples").column_names)
+    assert set(out.columns) <= {*table("metric_samples").column_names, SERIES_HINT}
     return out
+
+
+def _series_hint(joined: pl.DataFrame) -> list[pl.Expr]:
+    """The store's series key (see SERIES_HINT): within a batch every column naming a row's
+    series comes from its head (`name{labels}`; the replica is `instance` or the builder's),
+    and parse_heads numbers the distinct heads of a batch."""
+    return [pl.col("head_id").alias(SERIES_HINT)] if "head_id" in joined.columns else []
 
 
 def _gpu_rows(joined: pl.DataFrame, default_replica: str) -> pl.DataFrame:

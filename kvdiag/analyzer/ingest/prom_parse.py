@@ -249,12 +249,15 @@ def _split_general(lines: pl.DataFrame) -> pl.DataFrame:
 def parse_heads(heads: pl.Series, aliases: AliasTable) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Distinct `name{labels}` heads -> (one row per head of a known metric, label pairs).
 
-    The first frame has head, name (as exposed), metric, suffix, type, labels (all labels
-    as a JSON object), series (the labels without `le`, as JSON) and one column per
-    LABEL_COLUMNS entry; the second has head, key, value for every label (unescaped).
+    The first frame has head, head_id (0, 1, ... in this call), name (as exposed), metric,
+    suffix, type, labels (all labels as a JSON object), series (the labels without `le`, as
+    JSON) and one column per LABEL_COLUMNS entry; the second has head, key, value for every
+    label (unescaped).
     """
-    frame = pl.DataFrame({"head": heads.unique()}).with_columns(
-        pl.col("head").str.extract(rf"^({_NAME})", 1).alias("name")
+    frame = (
+        pl.DataFrame({"head": heads.unique()})
+        .with_row_index("head_id")
+        .with_columns(pl.col("head").str.extract(rf"^({_NAME})", 1).alias("name"))
     )
     frame = aliases.resolve(frame)
     pairs = _label_pairs(frame)

@@ -17,10 +17,22 @@ class Table:
     name: str
     doc: str
     columns: tuple[Column, ...]
+    # A table kept as a view over others (its SELECT): it is appended to, read and set
+    # aside by name like the rest; the store writes its parts (see store_series.py).
+    view: str | None = None
+    # Set on the tables that store a view's rows: what they are part of. They are not
+    # appended to, validated or counted on their own.
+    part_of: str | None = None
 
     @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
+
+    @property
+    def row_id(self) -> str:
+        """The column naming one row for a later DELETE or read-back: DuckDB's rowid, or a
+        view's `sample_row` (the rowid of the row in its base table)."""
+        return "sample_row" if self.view is not None else "rowid"
 
 
 def cols(*specs: tuple[str, str, str]) -> tuple[Column, ...]:
@@ -42,9 +54,4 @@ LOG_ENVELOPE = PROVENANCE + cols(
     ("pid", "BIGINT", "process id from the prefix"),
     ("rank", "INTEGER", "tensor-parallel rank when the process name or [rankN] gives it"),
     ("level", "VARCHAR", "log level"),
-)
-
-SCRAPE_ENVELOPE = PROVENANCE + cols(
-    ("replica", "VARCHAR", "the `instance` label, else the folder or file the scrape came from"),
-    ("ts", "TIMESTAMP", "scrape time (UTC) from the file name, a marker line or the sample"),
 )

@@ -1,0 +1,102 @@
+"""Metric samples stored as series and points: what names a series once, a number per sample.
+
+A day of one-second scrapes is tens of millions of samples, each naming its series with the
+same ten columns (replica, metric, name, labels ...) scrape after scrape. Storing those
+strings on every row was most of DuckDB's insert time (2.7 µs a row with them, 0.46 µs
+without, on a batch of real scrape samples), so the store keeps each distinct series once in
+`metric_series` and each sample in `metric_points` with its series' id; the view
+`metric_samples` joins them back, and everything reads that.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import polars as pl
+
+from kvdiag.analyzer.schema import table
+from kvdiag.analyzer.schema.metrics import SERIES_COLUMNS, SERIES_HINT
+
+SAMPLES, SERIES, POINTS = "metric_samples", "metric_series", "metric_points"
+
+_POLARS_TYPES = {"VARCHAR": pl.String, "DOUBLE": pl.Float64}
+_SERIES_SCHEMA = pl.Schema({c.name: _POLARS_TYPES[c.type] for c in SERIES_COLUMNS})
+_KEYS = list(_SERIES_SCHEMA)
+_ID = "series_id"
+
+
+class SplitSamples(NamedTuple):
+    new_series: pl.DataFrame  # metric_series rows first seen in this batch
+    points: pl.DataFrame  # metric_points rows, in the batch's order
+    known: pl.DataFrame  # the catalog once both are stored (see SeriesCatalog.accept)
+
+
+class SeriesCatalog:
+    """The series seen so far in a store, each with its id; splits batches of samples."""
+
+    def __init__(self) -> None:
+        self._known = pl.DataFrame(schema={_ID: pl.Int32, **_SERIES_SCHEMA})
+        # Ids are never handed out twice, even when the batch that drew them is not stored:
+        # its series rows may be, without its points.
+        self._next_id = 0
+
+    def split(self, samples: pl.DataFrame) -> SplitSamples:
+        """`samples` (metric_samples columns, missing ones NULL; SERIES_HINT optional) as the
+        series first seen here and the points, in order."""
+        samples = _with_hint(_with_series_columns(samples))
+        seen = samples.unique(subset=SERIES_HINT, keep="first", maintain_order=True)
+        new, ids = self._assign(seen.select(SERIES_HINT, *_KEYS))
+        points = samples.join(ids, on=SERIES_HINT, how="left", maintain_order="left")
+        declared = table(POINTS).column_names
+        return SplitSamples(
+            new,
+            points.select(c for c in declared if c in points.columns),
+            pl.concat([self._known, new]),
+        )
+
+    def accept(self, split: SplitSamples) -> None:
+        """Remember a split's new series once they and their points are stored: a batch
+        whose insert failed must not leave the catalog naming series the store lacks."""
+        self._known = split.known
+
+    def _assign(self, seen: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Ids for one batch's distinct series (a few hundred rows): known ones keep theirs,
+        new ones get the next. Returns (new metric_series rows, SERIES_HINT -> series_id)."""
+        matched = seen.join(self._known, on=_KEYS, how="left", nulls_equal=True)
+        fresh = matched.filter(pl.col(_ID).is_null())
+        new = (
+            fresh.drop(_ID, SERIES_HINT)
+            .with_row_index(_ID, offset=self._next_id)
+            .cast({_ID: pl.Int32})
+            .select(self._known.columns)
+        )
+        self._next_id += new.height
+        fresh_ids = fresh.select(SERIES_HINT, new[_ID])
+        ids = pl.concat(
+            [matched.filter(pl.col(_ID).is_not_null()).select(SERIES_HINT, _ID), fresh_ids]
+        )
+        return new, ids
+
+
+def _with_series_columns(samples: pl.DataFrame) -> pl.DataFrame:
+    missing = [
+        pl.lit(None, dtype).alias(name)
+        for name, dtype in _SERIES_SCHEMA.items()
+        if name not in samples.columns
+    ]
+    return samples.with_columns(missing).cast(_SERIES_SCHEMA)
+
+
+def _with_hint(samples: pl.DataFrame) -> pl.DataFrame:
+    """The batch with SERIES_HINT: the ingester's, else a dense index of the distinct series
+    (exact, and the costly way: a join on the ten columns)."""
+    if SERIES_HINT in samples.columns:
+        return samples.with_columns(pl.col(SERIES_HINT).cast(pl.UInt64))
+    distinct = samples.select(_KEYS).unique(maintain_order=True).with_row_index(SERIES_HINT)
+    return samples.join(
+        distinct.cast({SERIES_HINT: pl.UInt64}),
+        on=_KEYS,
+        how="left",
+        nulls_equal=True,
+        maintain_order="left",
+    )

@@ -1,0 +1,153 @@
+"""metric_samples is stored as series + points and read back through a view: what goes in
+comes out, row for row, whether or not the ingester gave a series hint."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from kvdiag.analyzer.discover import discover
+from kvdiag.analyzer.ingest.base import IngestContext, TableBatch
+from kvdiag.analyzer.ingest.prom_text import PromTextIngester
+from kvdiag.analyzer.schema.metrics import SERIES_HINT
+from kvdiag.analyzer.store import Store
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SCRAPES = FIXTURES / "vllm-b-saturation" / "incident" / "metrics"
+SERIES_KEYS = [
+    "replica",
+    "metric",
+    "name",
+    "suffix",
+    "engine",
+    "model_name",
+    "le",
+    "reason",
+    "labels",
+    "series",
+]
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    s = Store()
+    try:
+        yield s
+    finally:
+        s.finish()
+
+
+@pytest.fixture(scope="module")
+def real_batches(tmp_path_factory: pytest.TempPathFactory) -> list[pl.DataFrame]:
+    """metric_samples batches of 40 real scrapes as the exposition ingester emits them."""
+    folder = tmp_path_factory.mktemp("scrapes") / "metrics"
+    folder.mkdir()
+    for path in sorted(SCRAPES.glob("*.prom"))[:40]:
+        shutil.copy(path, folder / path.name)
+    found = discover(folder.parent)
+    ctx = IngestContext(found.root, None, found.anchor, found.anchor_source)
+    (unit,) = found.units
+    return [
+        e.frame
+        for e in PromTextIngester().ingest(unit, ctx)
+        if isinstance(e, TableBatch) and e.table == "metric_samples"
+    ]
+
+
+def _stored(store: Store) -> pl.DataFrame:
+    return store.reader.sql("SELECT * EXCLUDE (sample_row) FROM metric_samples ORDER BY sample_row")
+
+
+@pytest.mark.parametrize("hinted", [True, False], ids=["hint", "no-hint"])
+def test_real_samples_come_back_row_for_row(
+    store: Store, real_batches: list[pl.DataFrame], hinted: bool
+) -> None:
+    assert all(SERIES_HINT in b.columns for b in real_batches)  # the ingester gives one
+    batches = real_batches * 2  # every series seen again in a later batch
+    for batch in batches:
+        store.append("metric_samples", batch if hinted else batch.drop(SERIES_HINT))
+    expected = pl.concat(batches).drop(SERIES_HINT)
+    stored = _stored(store)
+    assert stored.equals(expected.select(stored.columns))
+    assert store.reader.count("metric_series") == expected.select(SERIES_KEYS).unique().height
+    assert store.reader.count("metric_points") == expected.height
+
+
+def test_series_keep_their_id_across_batches_and_nulls_and_nan_name_one_series(
+    store: Store,
+) -> None:
+    def rows(values: list[float], le: float | None, engine: str | None) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "source_path": "m.prom",
+                "source_line": list(range(1, len(values) + 1)),
+                "raw": [f"x {v}" for v in values],
+                "replica": "r",
+                "metric": "kv_cache_usage",
+                "name": "vllm:kv_cache_usage_perc",
+                "suffix": "",
+                "engine": engine,
+                "le": le,
+                "value": values,
+            },
+            schema_overrides={"engine": pl.String, "le": pl.Float64},
+        )
+
+    store.append("metric_samples", rows([0.1, 0.2], math.nan, None))
+    store.append("metric_samples", rows([0.3], math.nan, None))  # same series (NaN, NULL)
+    store.append("metric_samples", rows([0.4], 1.0, "0"))  # a new one
+    got = store.reader.sql(
+        "SELECT p.value, p.series_id FROM metric_points p ORDER BY p.rowid"
+    ).rows()
+    assert got == [(0.1, 0), (0.2, 0), (0.3, 0), (0.4, 1)]
+    assert store.reader.count("metric_series") == 2
+    assert store.reader.sql("SELECT value FROM metric_samples ORDER BY sample_row")[
+        "value"
+    ].to_list() == [0.1, 0.2, 0.3, 0.4]
+
+
+def test_the_stored_parts_are_written_through_the_view_only(store: Store) -> None:
+    frame = pl.DataFrame({"source_path": ["m.prom"], "value": [1.0], "series_id": [0]})
+    with pytest.raises(ValueError, match="written by appending to metric_samples"):
+        store.append("metric_points", frame)
+
+
+def test_a_cited_sample_reads_its_text_back_by_sample_row(
+    store: Store, real_batches: list[pl.DataFrame]
+) -> None:
+    for batch in real_batches:
+        store.append("metric_samples", batch)
+    row = store.reader.sql(
+        "SELECT sample_row, raw FROM metric_samples WHERE metric = 'kv_cache_usage' "
+        "ORDER BY ts DESC LIMIT 1"
+    ).row(0)
+    back = store.reader.scalar("SELECT raw FROM metric_points WHERE rowid = ?", [row[0]])
+    assert back == row[1]
+    assert back.startswith("vllm:kv_cache_usage_perc")
+
+
+def test_a_batch_whose_points_failed_to_store_leaves_no_stray_series(
+    store: Store, real_batches: list[pl.DataFrame], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch = real_batches[0]
+    insert = Store._insert
+
+    def failing(self: Store, name: str, frame: pl.DataFrame) -> None:
+        if name == "metric_points":
+            raise OSError("disk full")
+        insert(self, name, frame)
+
+    monkeypatch.setattr(Store, "_insert", failing)
+    with pytest.raises(OSError):
+        store.append("metric_samples", batch)
+    monkeypatch.setattr(Store, "_insert", insert)
+    store.append("metric_samples", batch)
+    stored = _stored(store)
+    assert stored.equals(batch.drop(SERIES_HINT).select(stored.columns))
+    ids = store.reader.sql("SELECT series_id FROM metric_series")["series_id"]
+    assert ids.n_unique() == ids.len()
