@@ -18,9 +18,10 @@ import polars as pl
 
 from kvdiag.analyzer.ingest.lines import frame_lines
 from kvdiag.analyzer.ingest.scrape_time import scrape_time_from_name
+from kvdiag.analyzer.ingest.textsource import GZIP_MAGIC
 
 BATCH_BYTES = 32 << 20
-_GZIP_MAGIC = b"\x1f\x8b"
+
 _EMPTY = pl.DataFrame(schema={"row": pl.Int64, "text": pl.String})
 
 
@@ -79,7 +80,7 @@ def read_batch(paths: Sequence[Path], rels: Sequence[str]) -> LineBatch:
 def _read(path: Path) -> bytes:
     # One open per file (not a sniff then a read): a day of scrapes is 86,400 opens.
     data = path.read_bytes()
-    return gzip.decompress(data) if data[:2] == _GZIP_MAGIC else data
+    return gzip.decompress(data) if data[:2] == GZIP_MAGIC else data
 
 
 def _split_lines(blob: bytes) -> pl.DataFrame:

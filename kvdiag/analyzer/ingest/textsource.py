@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 MAX_LINE_BYTES = 1 << 20  # the text kept of a longer line; the rest is counted, not kept
-_GZIP_MAGIC = b"\x1f\x8b"
+GZIP_MAGIC = b"\x1f\x8b"
 _COMPRESSED_BLOCK = 1 << 20
 _HEAD = 65536
 # GBK: a head with at least this many invalid UTF-8 sequences, making up at least a
@@ -75,7 +75,7 @@ class Source(Protocol):
 
 def is_gzip(path: Path) -> bool:
     with path.open("rb") as fh:
-        return fh.read(2) == _GZIP_MAGIC
+        return fh.read(2) == GZIP_MAGIC
 
 
 def open_binary(path: Path) -> BinaryIO:
@@ -183,7 +183,7 @@ def text_source(raw: Source, stats: ReadStats) -> Source:
 def raw_source(fh: BinaryIO, stats: ReadStats) -> Source:
     magic = fh.read(2)
     fh.seek(0)
-    return _Gunzip(fh, stats) if magic == _GZIP_MAGIC else fh
+    return _Gunzip(fh, stats) if magic == GZIP_MAGIC else fh
 
 
 def read_head(path: Path, size: int = _HEAD) -> bytes:
