@@ -4,8 +4,11 @@ when its first bytes look like a compression header to polars."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvdiag.analyzer.ingest.lines import frame_lines
+from kvdiag.analyzer.ingest.prom_lines import read_batch
 
 
 @pytest.mark.parametrize("magic", [b"x^", b"x\x9c", b"x\xda", b"x\x01", b"\x28\xb5\x2f\xfd"])
@@ -25,3 +28,40 @@ def test_line_limit_holds_on_the_split_path() -> None:
 
 def test_plain_text_unchanged() -> None:
     assert frame_lines(b"one\ntwo\n", 1).rows() == [(1, "one"), (2, "two")]
+
+
+_BOM = b"\xef\xbb\xbf"
+# Scrape files as read_batch joins them: any bytes, CRLF, invalid UTF-8, the separator
+# byte, empty files, files without a final newline.
+_file_bytes = st.lists(
+    st.sampled_from(
+        [b"a", b"x 1", b"\r", b"\n", b"\xff\xfe", b"\x1f", b"\xe2\x82", b"\xc3\xa9", _BOM]
+    ),
+    max_size=12,
+).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_file_bytes, min_size=1, max_size=6))
+def test_a_batch_locates_every_line_in_its_file(
+    tmp_path_factory: pytest.TempPathFactory, files: list[bytes]
+) -> None:
+    folder = tmp_path_factory.mktemp("batch")
+    paths = []
+    for i, data in enumerate(files):
+        path = folder / f"{1700000000 + i}.prom"
+        path.write_bytes(data)
+        paths.append(path)
+    batch = read_batch(paths, [p.name for p in paths])
+    located = batch.locate(batch.lines)
+    expected = [
+        (p.name, n + 1, line.decode("utf-8", "replace").replace("\x1f", " ").rstrip("\r"))
+        for p, data in zip(paths, files, strict=True)
+        for n, line in enumerate(
+            data.split(b"\n")[: data.count(b"\n") + (not data.endswith(b"\n") and bool(data))]
+        )
+    ]
+    if expected and expected[0][2].startswith("\ufeff"):  # the reader drops a leading BOM
+        expected[0] = (*expected[0][:2], expected[0][2][1:])
+    got = list(located.select("source_path", "source_line", "text").iter_rows())
+    assert got == expected

@@ -14,11 +14,12 @@ import pytest
 from kvdiag.analyzer.discover import discover
 from kvdiag.analyzer.ingest.base import IngestContext, TableBatch
 from kvdiag.analyzer.ingest.prom_text import PromTextIngester
-from kvdiag.analyzer.schema.metrics import SERIES_HINT
+from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
 from kvdiag.analyzer.store import Store
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SCRAPES = FIXTURES / "vllm-b-saturation" / "incident" / "metrics"
+HINTS = [SERIES_HINT, SERIES_HEAD]
 SERIES_KEYS = [
     "replica",
     "metric",
@@ -67,15 +68,18 @@ def _stored(store: Store) -> pl.DataFrame:
 def test_real_samples_come_back_row_for_row(
     store: Store, real_batches: list[pl.DataFrame], hinted: bool
 ) -> None:
-    assert all(SERIES_HINT in b.columns for b in real_batches)  # the ingester gives one
+    assert all({SERIES_HINT, SERIES_HEAD} <= set(b.columns) for b in real_batches)
     batches = real_batches * 2  # every series seen again in a later batch
     for batch in batches:
-        store.append("metric_samples", batch if hinted else batch.drop(SERIES_HINT))
-    expected = pl.concat(batches).drop(SERIES_HINT)
+        store.append("metric_samples", batch if hinted else batch.drop(HINTS))
+    expected = pl.concat(batches).drop(HINTS)
     stored = _stored(store)
     assert stored.equals(expected.select(stored.columns))
     assert store.reader.count("metric_series") == expected.select(SERIES_KEYS).unique().height
     assert store.reader.count("metric_points") == expected.height
+    # With the head known, a point keeps only what follows it: ` 0.5`, not the whole line.
+    tails = store.reader.scalar("SELECT count(*) FROM metric_points WHERE tail")
+    assert tails == (expected.height if hinted else 0)
 
 
 def test_series_keep_their_id_across_batches_and_nulls_and_nan_name_one_series(
@@ -126,7 +130,7 @@ def test_a_cited_sample_reads_its_text_back_by_sample_row(
         "SELECT sample_row, raw FROM metric_samples WHERE metric = 'kv_cache_usage' "
         "ORDER BY ts DESC LIMIT 1"
     ).row(0)
-    back = store.reader.scalar("SELECT raw FROM metric_points WHERE rowid = ?", [row[0]])
+    back = store.reader.scalar("SELECT raw FROM metric_samples WHERE sample_row = ?", [row[0]])
     assert back == row[1]
     assert back.startswith("vllm:kv_cache_usage_perc")
 
@@ -148,6 +152,26 @@ def test_a_batch_whose_points_failed_to_store_leaves_no_stray_series(
     monkeypatch.setattr(Store, "_insert", insert)
     store.append("metric_samples", batch)
     stored = _stored(store)
-    assert stored.equals(batch.drop(SERIES_HINT).select(stored.columns))
+    assert stored.equals(batch.drop(HINTS).select(stored.columns))
     ids = store.reader.sql("SELECT series_id FROM metric_series")["series_id"]
     assert ids.n_unique() == ids.len()
+
+
+def test_a_line_that_does_not_start_with_its_head_is_kept_whole(store: Store) -> None:
+    frame = pl.DataFrame(
+        {
+            "source_path": "m.prom",
+            "source_line": [1, 2, 3],
+            "raw": ['a{x="1"} 1', 'a{x="1"} 2', 'a{x="1"} 3'],
+            "metric": "kv_cache_usage",
+            "value": [1.0, 2.0, 3.0],
+            SERIES_HINT: [0, 0, 1],
+            # the third row's head differs from its line (as a cut line's would)
+            SERIES_HEAD: ['a{x="1"}', 'a{x="1"}', 'a{x="1",y="2"}'],
+        }
+    )
+    store.append("metric_samples", frame)
+    got = store.reader.sql("SELECT raw, tail FROM metric_points ORDER BY rowid").rows()
+    assert got == [(" 1", True), (" 2", True), ('a{x="1"} 3', False)]
+    back = store.reader.sql("SELECT raw FROM metric_samples ORDER BY sample_row")["raw"]
+    assert back.to_list() == frame["raw"].to_list()

@@ -18,10 +18,12 @@ import duckdb
 import polars as pl
 
 from kvdiag.analyzer.schema import TABLES, Table, table
-from kvdiag.analyzer.schema.metrics import SERIES_HINT
+from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
 from kvdiag.analyzer.store_series import POINTS, SAMPLES, SERIES, SeriesCatalog
 
 T = TypeVar("T")
+
+_HINTS = (SERIES_HINT, SERIES_HEAD)  # what an ingester may add to a batch, not stored
 
 MEMORY_LIMIT_MB = 128
 # A query whose working set or result outgrows the limit fails with OutOfMemoryException
@@ -192,7 +194,7 @@ class Store:
         if frame.is_empty():
             return
         declared = table(table_name)
-        unknown = [c for c in frame.columns if c not in declared.column_names and c != SERIES_HINT]
+        unknown = [c for c in frame.columns if c not in declared.column_names + _HINTS]
         if unknown:
             raise ValueError(f"{table_name}: undeclared columns {unknown}")
         if declared.part_of is not None:
@@ -203,7 +205,7 @@ class Store:
             self._insert(POINTS, split.points)
             self._series.accept(split)
         else:
-            self._insert(table_name, frame.drop(SERIES_HINT, strict=False))
+            self._insert(table_name, frame.drop(_HINTS, strict=False))
 
     def _insert(self, table_name: str, frame: pl.DataFrame) -> None:
         if frame.is_empty():

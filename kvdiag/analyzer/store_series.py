@@ -15,13 +15,15 @@ from typing import NamedTuple
 import polars as pl
 
 from kvdiag.analyzer.schema import table
-from kvdiag.analyzer.schema.metrics import SERIES_COLUMNS, SERIES_HINT
+from kvdiag.analyzer.schema.metrics import SERIES_COLUMNS, SERIES_HEAD, SERIES_HINT
 
 SAMPLES, SERIES, POINTS = "metric_samples", "metric_series", "metric_points"
 
 _POLARS_TYPES = {"VARCHAR": pl.String, "DOUBLE": pl.Float64}
-_SERIES_SCHEMA = pl.Schema({c.name: _POLARS_TYPES[c.type] for c in SERIES_COLUMNS})
-_KEYS = list(_SERIES_SCHEMA)
+_SERIES_SCHEMA = pl.Schema(
+    {c.name: _POLARS_TYPES[c.type] for c in SERIES_COLUMNS} | {"head": pl.String}
+)
+_KEYS = list(_SERIES_SCHEMA)  # the head too: the same labels exposed as another text
 _ID = "series_id"
 
 
@@ -41,12 +43,12 @@ class SeriesCatalog:
         self._next_id = 0
 
     def split(self, samples: pl.DataFrame) -> SplitSamples:
-        """`samples` (metric_samples columns, missing ones NULL; SERIES_HINT optional) as the
-        series first seen here and the points, in order."""
+        """`samples` (metric_samples columns, missing ones NULL; SERIES_HINT and SERIES_HEAD
+        optional) as the series first seen here and the points, in order."""
         samples = _with_hint(_with_series_columns(samples))
         seen = samples.unique(subset=SERIES_HINT, keep="first", maintain_order=True)
         new, ids = self._assign(seen.select(SERIES_HINT, *_KEYS))
-        points = samples.join(ids, on=SERIES_HINT, how="left", maintain_order="left")
+        points = _tails(samples).join(ids, on=SERIES_HINT, how="left", maintain_order="left")
         declared = table(POINTS).column_names
         return SplitSamples(
             new,
@@ -79,12 +81,25 @@ class SeriesCatalog:
 
 
 def _with_series_columns(samples: pl.DataFrame) -> pl.DataFrame:
+    samples = samples.rename({SERIES_HEAD: "head"}, strict=False)
     missing = [
         pl.lit(None, dtype).alias(name)
         for name, dtype in _SERIES_SCHEMA.items()
         if name not in samples.columns
     ]
     return samples.with_columns(missing).cast(_SERIES_SCHEMA)
+
+
+def _tails(samples: pl.DataFrame) -> pl.DataFrame:
+    """`raw` without its series' head where it starts with it (`tail` says so): a scrape's
+    sample line is ~100 bytes of which the value is a few, and storing the bytes of
+    every line was half of the insert."""
+    raw, head = pl.col("raw"), pl.col("head")
+    tail = raw.str.starts_with(head).fill_null(False)
+    return samples.with_columns(
+        pl.when(tail).then(raw.str.strip_prefix(head)).otherwise(raw).alias("raw"),
+        tail.alias("tail"),
+    )
 
 
 def _with_hint(samples: pl.DataFrame) -> pl.DataFrame:

@@ -137,8 +137,7 @@ class RuleContext:
         )
 
     def _sample_text(self, row_id: int) -> str | None:
-        # metric_points holds the samples' text; `sample_row` is its rowid (a point lookup).
-        query = "SELECT raw FROM metric_points WHERE rowid = ?"
+        query = "SELECT raw FROM metric_samples WHERE sample_row = ?"
         found = self.store.memo(("sample_raw", row_id), lambda: self.sql(query, [row_id]))
         return str(found.item()) if found.height and found.item() is not None else None
 

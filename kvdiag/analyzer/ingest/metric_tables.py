@@ -19,7 +19,7 @@ from kvdiag.analyzer.ingest.base import template_expr
 from kvdiag.analyzer.ingest.prom_parse import parse_heads
 from kvdiag.analyzer.model import UnmatchedTemplate
 from kvdiag.analyzer.schema import table
-from kvdiag.analyzer.schema.metrics import SERIES_HINT
+from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
 
 MAX_RAW = 4096
 _GPU_METRICS = {
@@ -130,7 +130,7 @@ def _metric_rows(joined: pl.DataFrame) -> pl.DataFrame:
         pl.col("value").cast(pl.Float64),
         "series",
     )
-    assert set(out.columns) <= {*table("metric_samples").column_names, SERIES_HINT}
+    assert set(out.columns) <= {*table("metric_samples").column_names, SERIES_HINT, SERIES_HEAD}
     return out
 
 
@@ -138,7 +138,9 @@ def _series_hint(joined: pl.DataFrame) -> list[pl.Expr]:
     """The store's series key (see SERIES_HINT): within a batch every column naming a row's
     series comes from its head (`name{labels}`; the replica is `instance` or the builder's),
     and parse_heads numbers the distinct heads of a batch."""
-    return [pl.col("head_id").alias(SERIES_HINT)] if "head_id" in joined.columns else []
+    if "head_id" not in joined.columns:
+        return []
+    return [pl.col("head_id").alias(SERIES_HINT), pl.col("head").alias(SERIES_HEAD)]
 
 
 def _gpu_rows(joined: pl.DataFrame, default_replica: str) -> pl.DataFrame:

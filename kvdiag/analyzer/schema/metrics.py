@@ -26,11 +26,18 @@ SERIES_COLUMNS = cols(
 # of one series within the batch. An ingester that knows it cheaply (the exposition parser:
 # a series is its `name{labels}` head) saves the store finding it from the ten columns.
 SERIES_HINT = "_series_hint"
+# With the hint, optionally: the text the row's line starts with that names its series
+# (`name{labels}` as exposed). The store keeps it once and only the rest of each line.
+SERIES_HEAD = "_series_head"
 SERIES_ID = cols(("series_id", "INTEGER", "the series (metric_series.series_id)"))
+HEAD = cols(
+    ("head", "VARCHAR", "the text each sample line of the series starts with (NULL: unknown)")
+)
 POINT_COLUMNS = PROVENANCE + cols(
     ("ts", "TIMESTAMP", "scrape time (UTC) from the file name, a marker line or the sample"),
     ("value", "DOUBLE", "sample value"),
 )
+_TAIL = cols(("tail", "BOOLEAN", "`raw` is the line after its series' head"))
 _SAMPLES = {c.name: c for c in POINT_COLUMNS + SERIES_COLUMNS}
 # The order metric_samples had when it was one table: saved databases' `SELECT *` keep it.
 _SAMPLE_ORDER = [
@@ -51,19 +58,22 @@ _SAMPLE_ORDER = [
     "series",
 ]
 _POINT_NAMES = {c.name for c in POINT_COLUMNS}
+_VIEW_COLUMNS = {n: f"{'p' if n in _POINT_NAMES else 's'}.{n}" for n in _SAMPLE_ORDER} | {
+    "raw": "CASE WHEN p.tail THEN s.head || p.raw ELSE p.raw END AS raw"
+}
 
 METRIC_TABLES: tuple[Table, ...] = (
     Table(
         "metric_series",
         "One row per series of metric_samples (a metric's label set, `le` included): what "
         "names it, stored once rather than on each of its samples.",
-        SERIES_ID + SERIES_COLUMNS,
+        SERIES_ID + SERIES_COLUMNS + HEAD,
         part_of="metric_samples",
     ),
     Table(
         "metric_points",
         "The samples of metric_samples: their series, time, value and provenance.",
-        POINT_COLUMNS + SERIES_ID,
+        POINT_COLUMNS + SERIES_ID + _TAIL,
         part_of="metric_samples",
     ),
     Table(
@@ -73,9 +83,7 @@ METRIC_TABLES: tuple[Table, ...] = (
         tuple(_SAMPLES[n] for n in _SAMPLE_ORDER)
         + cols(("sample_row", "BIGINT", "the sample's rowid in metric_points")),
         view=(
-            "SELECT "
-            + ", ".join(f"{'p' if n in _POINT_NAMES else 's'}.{n}" for n in _SAMPLE_ORDER)
-            + ", p.rowid AS sample_row "
+            "SELECT " + ", ".join(_VIEW_COLUMNS.values()) + ", p.rowid AS sample_row "
             "FROM metric_points p JOIN metric_series s USING (series_id)"
         ),
     ),
