@@ -94,12 +94,11 @@ def _tails(samples: pl.DataFrame) -> pl.DataFrame:
     """`raw` without its series' head where it starts with it (`tail` says so): a scrape's
     sample line is ~100 bytes of which the value is a few, and storing the bytes of
     every line was half of the insert."""
-    raw, head = pl.col("raw"), pl.col("head")
-    tail = raw.str.starts_with(head).fill_null(False)
-    return samples.with_columns(
-        pl.when(tail).then(raw.str.strip_prefix(head)).otherwise(raw).alias("raw"),
-        tail.alias("tail"),
-    )
+    raw = pl.col("raw")
+    stripped = samples.select(raw.str.strip_prefix(pl.col("head")).fill_null(raw))["raw"]
+    # One pass over the text: a line that lost its (non-empty) head got shorter.
+    tail = (stripped.str.len_bytes() < samples["raw"].str.len_bytes()).fill_null(False)
+    return samples.with_columns(stripped.alias("raw"), tail.alias("tail"))
 
 
 def _with_hint(samples: pl.DataFrame) -> pl.DataFrame:
