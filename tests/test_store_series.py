@@ -14,24 +14,13 @@ import pytest
 from kvdiag.analyzer.discover import discover
 from kvdiag.analyzer.ingest.base import IngestContext, TableBatch
 from kvdiag.analyzer.ingest.prom_text import PromTextIngester
-from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
+from kvdiag.analyzer.schema.metrics import SERIES_COLUMNS, SERIES_HEAD, SERIES_HINT
 from kvdiag.analyzer.store import Store
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SCRAPES = FIXTURES / "vllm-b-saturation" / "incident" / "metrics"
 HINTS = [SERIES_HINT, SERIES_HEAD]
-SERIES_KEYS = [
-    "replica",
-    "metric",
-    "name",
-    "suffix",
-    "engine",
-    "model_name",
-    "le",
-    "reason",
-    "labels",
-    "series",
-]
+SERIES_KEYS = [c.name for c in SERIES_COLUMNS]
 
 
 @pytest.fixture
