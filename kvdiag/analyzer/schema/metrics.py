@@ -33,12 +33,13 @@ SERIES_ID = cols(("series_id", "INTEGER", "the series (metric_series.series_id)"
 HEAD = cols(
     ("head", "VARCHAR", "the text each sample line of the series starts with (NULL: unknown)")
 )
-POINT_COLUMNS = PROVENANCE + cols(
+POINT_COLUMNS = PROVENANCE[:2] + cols(
+    ("raw", "VARCHAR", "the line as read, or (`tail`) what follows its series' head in it"),
     ("ts", "TIMESTAMP", "scrape time (UTC) from the file name, a marker line or the sample"),
     ("value", "DOUBLE", "sample value"),
 )
 _TAIL = cols(("tail", "BOOLEAN", "`raw` is the line after its series' head"))
-_SAMPLES = {c.name: c for c in POINT_COLUMNS + SERIES_COLUMNS}
+_SAMPLES = {c.name: c for c in POINT_COLUMNS + SERIES_COLUMNS + PROVENANCE}
 # The order metric_samples had when it was one table: saved databases' `SELECT *` keep it.
 _SAMPLE_ORDER = [
     "source_path",
