@@ -54,14 +54,15 @@ def test_a_batch_locates_every_line_in_its_file(
         paths.append(path)
     batch = read_batch(paths, [p.name for p in paths])
     located = batch.locate(batch.lines)
+    read = [data.removeprefix(_BOM) for data in files]  # a file's byte-order mark is dropped
     expected = [
         (p.name, n + 1, line.decode("utf-8", "replace").replace("\x1f", " ").rstrip("\r"))
-        for p, data in zip(paths, files, strict=True)
+        for p, data in zip(paths, read, strict=True)
         for n, line in enumerate(
             data.split(b"\n")[: data.count(b"\n") + (not data.endswith(b"\n") and bool(data))]
         )
     ]
-    if expected and expected[0][2].startswith("\ufeff"):  # the reader drops a leading BOM
+    if expected and expected[0][2].startswith("\ufeff"):  # so is a second one first in a batch
         expected[0] = (*expected[0][:2], expected[0][2][1:])
     got = list(located.select("source_path", "source_line", "text").iter_rows())
     assert got == expected

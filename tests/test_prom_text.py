@@ -343,3 +343,21 @@ def test_a_label_quoting_a_server_command_keeps_a_scrape_a_scrape() -> None:
     assert ingester is not None and ingester.kind == "prom_text"
     command, _ = classify_file("run.sh", b"vllm serve m --max-model-len 4096\n")
     assert command is not None and command.kind == "launch_flags"
+
+
+def test_scrape_files_with_a_utf8_byte_order_mark_are_read_like_the_rest(tmp_path: Path) -> None:
+    bom = b"\xef\xbb\xbf"
+    help_line = b"# HELP vllm:num_requests_running x\n"
+    sample = b'vllm:num_requests_running{engine="0"} %d\n'
+    write(tmp_path, "metrics/1700000000.prom", help_line + sample % 1)
+    write(tmp_path, "metrics/1700000001.prom", bom + help_line + sample % 2)
+    write(tmp_path, "metrics/1700000002.prom", bom + sample % 3)  # a sample first: sniffed
+    got = ingest(tmp_path)
+    acct = got.account("metrics")
+    assert (acct.lines_total, acct.lines_parsed, acct.lines_unmatched) == (5, 5, 0)
+    rows = got.table("metric_samples").select("source_path", "source_line", "value").rows()
+    assert rows == [
+        ("metrics/1700000000.prom", 2, 1.0),
+        ("metrics/1700000001.prom", 2, 2.0),
+        ("metrics/1700000002.prom", 1, 3.0),
+    ]

@@ -178,7 +178,7 @@ def _head(path: Path, peek: bytes) -> bytes:
 def _decode_head(head: bytes) -> str:
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
         return head.decode("utf-16", errors="replace")
-    return head.decode("utf-8", errors="replace")
+    return head.decode("utf-8-sig", errors="replace")  # without a UTF-8 byte-order mark
 
 
 def _looks_binary(head: bytes) -> bool:

@@ -85,7 +85,10 @@ def read_batch(paths: Sequence[Path], rels: Sequence[str]) -> LineBatch:
 def _read(path: Path) -> bytes:
     # One open per file (not a sniff then a read): a day of scrapes is 86,400 opens.
     data = path.read_bytes()
-    return gzip.decompress(data) if data[:2] == GZIP_MAGIC else data
+    data = gzip.decompress(data) if data[:2] == GZIP_MAGIC else data
+    # A UTF-8 byte-order mark would stick to the first line (`\ufeff# HELP ...`) and make
+    # it unmatched, except in the first file of a batch, where the line reader drops it.
+    return data[len(_BOM) :] if data.startswith(_BOM) else data
 
 
 def _split_lines(blob: bytes) -> pl.DataFrame:
