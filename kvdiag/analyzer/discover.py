@@ -230,7 +230,7 @@ def discover(root: Path, scratch: Path | None = None) -> Discovery:
         path = entry.path
         ingester, why, hint, source = _recognise(path, rel, peek, series)
         if ingester is None:
-            set_aside.append(_set_aside(path, rel, why))
+            set_aside.append(_set_aside(entry, rel, why))
             continue
         limit = ingester.max_bytes
         if limit is not None and entry.size > limit:
@@ -265,9 +265,9 @@ def _recognise(
     return ingester, "", ingester.content_time_hint(_decode_head(head)), f"times in {rel}"
 
 
-def _set_aside(path: Path, rel: str, why: str) -> InputRecord:
+def _set_aside(entry: _Entry, rel: str, why: str) -> InputRecord:
     status = "skipped" if why in ("empty file", "binary content") else "unrecognised"
-    return InputRecord(rel, "unknown", status, why, path.stat().st_size)
+    return InputRecord(rel, "unknown", status, why, entry.size)
 
 
 def _replica_dirs(groups: dict[tuple[str, str], list[tuple[Path, str, int]]]) -> set[str]:

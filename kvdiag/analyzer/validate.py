@@ -159,8 +159,10 @@ def implausible_rows(reader: StoreReader) -> pl.DataFrame:
     plausible = load_plausible()
     queries: list[tuple[str, list[Any]]] = []
     for name in _nonempty(reader):
-        for column in TABLES_BY_NAME[name].columns:
-            if column.type not in NUMERIC_TYPES:
+        declared = TABLES_BY_NAME[name]
+        for column in declared.columns:
+            # A view's row id (metric_samples.sample_row) is the store's, not the input's.
+            if column.type not in NUMERIC_TYPES or column.name == declared.row_id:
                 continue
             bounds = plausible.column_range(name, column)
             if bounds == PER_METRIC:

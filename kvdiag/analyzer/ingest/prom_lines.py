@@ -8,6 +8,7 @@ from the per-file line counts, only for the rows that need it.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import zlib
 from collections.abc import Iterator, Sequence
@@ -22,7 +23,6 @@ from kvdiag.analyzer.ingest.textsource import GZIP_MAGIC
 
 BATCH_BYTES = 32 << 20
 
-_BOM = b"\xef\xbb\xbf"
 _EMPTY = pl.DataFrame(schema={"row": pl.Int64, "text": pl.String})
 
 
@@ -88,7 +88,7 @@ def _read(path: Path) -> bytes:
     data = gzip.decompress(data) if data[:2] == GZIP_MAGIC else data
     # A UTF-8 byte-order mark would stick to the first line (`\ufeff# HELP ...`) and make
     # it unmatched, except in the first file of a batch, where the line reader drops it.
-    return data[len(_BOM) :] if data.startswith(_BOM) else data
+    return data.removeprefix(codecs.BOM_UTF8)
 
 
 def _split_lines(blob: bytes) -> pl.DataFrame:
@@ -113,7 +113,7 @@ def _file_starts(lines: pl.DataFrame, blob: bytes, chunks: list[bytes]) -> pl.Se
     ends = (lines["text"].str.len_bytes().cast(pl.Int64) + 1).cum_sum()
     sizes = pl.Series([len(c) for c in chunks], dtype=pl.Int64)
     offsets = sizes.cum_sum() - sizes
-    exact = b"\r" not in blob and not blob.startswith(_BOM)
+    exact = b"\r" not in blob and not blob.startswith(codecs.BOM_UTF8)
     if exact and (ends[-1] if ends.len() else 0) == len(blob):
         return ends.search_sorted(offsets, side="right").cast(pl.Int64).rename("starts")
     counts = pl.Series([c.count(b"\n") for c in chunks], dtype=pl.Int64)
