@@ -238,8 +238,14 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
         clock.lap("facts")
         result = engine.run_rules(reader, established, opts)
         verdict = classify.classify(result.findings, established, absent, result.ruled_out, doubts)
+        fleet_verdicts = fleet.replica_verdicts(
+            fleet.FleetInput(reader, result.findings, established, absent, opts)
+        )
         clock.lap("rules")
-        series, window = build_series(reader)
+        # A reader of its own: the frames the rules shared (a day of load points is
+        # hundreds of MB) are let go before the charts are read.
+        del reader
+        series, window = build_series(store.reader)
         clock.lap("series")
         diagnosis = Diagnosis(
             incident=opts.label or (root.name if root.is_dir() else root.stem),
@@ -254,9 +260,7 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
             reconciliation=reconcile.layers(result, absent),
             series=series,
             window=window,
-            fleet=fleet.replica_verdicts(
-                fleet.FleetInput(reader, result.findings, established, absent, opts)
-            ),
+            fleet=fleet_verdicts,
             kvdiag_version=__version__,
         )
     except BaseException:

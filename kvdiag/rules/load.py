@@ -2,8 +2,9 @@
 
 One frame, one row per observation, from the /metrics scrapes (1 s apart in the real runs)
 and from the engine's stats lines (10 s apart, and the only witness when nothing was
-scraped). Each row keeps the provenance of its usage sample and of its waiting sample so
-findings can cite the exact lines. Usage is a ratio (0..1) from both sources.
+scraped). Each row keeps the store row ids of its usage sample and of its waiting sample,
+by which findings read back the exact lines they cite. Usage is a ratio (0..1) from both
+sources.
 """
 
 from __future__ import annotations
@@ -27,75 +28,62 @@ from kvdiag.rules.queries import (
 )
 
 _KEY = ["replica", "engine", "ts"]
-_PROV = ["source_path", "source_line", "sample_row"]  # sample_row: see queries._SAMPLE_COLS
+ORIGIN = pl.Enum(["metrics", "log"])
 
 
 def _metric_points(ctx: RuleContext) -> pl.DataFrame:
     usage = gauge(ctx, "kv_cache_usage")
     if usage.is_empty():
         return pl.DataFrame()
-    frame = usage.select([*_KEY, pl.col("value").alias("usage"), *_PROV])
-    for metric, col, prefix in (
-        ("num_requests_waiting", "waiting", "w_"),
-        ("num_requests_running", "running", "r_"),
-    ):
+    frame = usage.select([*_KEY, pl.col("value").alias("usage"), pl.col("sample_row")])
+    for metric, col in (("num_requests_waiting", "waiting"), ("num_requests_running", "running")):
         other = gauge(ctx, metric)
         if other.is_empty():
             frame = frame.with_columns(pl.lit(None, pl.Float64).alias(col))
-            if prefix == "w_":
-                frame = frame.with_columns(
-                    pl.lit(None, pl.String).alias("w_path"),
-                    pl.lit(None, pl.Int64).alias("w_line"),
-                    pl.lit(None, pl.Int64).alias("w_sample_row"),
-                )
             continue
         picked = other.select(
-            [
-                *_KEY,
-                pl.col("value").alias(col),
-                pl.col("source_path").alias(f"{prefix}path"),
-                pl.col("source_line").alias(f"{prefix}line"),
-                pl.col("sample_row").alias(f"{prefix}sample_row"),
-            ]
+            [*_KEY, pl.col("value").alias(col), pl.col("sample_row").alias(f"{col}_row")]
         ).unique(subset=_KEY, keep="first", maintain_order=True)
         frame = frame.join(picked, on=_KEY, how="left", nulls_equal=True)
-    frame = frame.drop([c for c in frame.columns if c.startswith("r_")])
-    return frame.with_columns(
-        pl.lit("metrics").alias("origin"), pl.lit(None, pl.Int64).alias("row_id")
-    ).drop("engine")
+    if "waiting_row" not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, pl.Int64).alias("waiting_row"))
+    return frame.select(
+        "replica",
+        "ts",
+        "usage",
+        "waiting",
+        "running",
+        pl.lit("metrics").alias("origin"),
+        pl.col("sample_row").alias("row_id"),
+        pl.col("waiting_row").alias("w_row"),
+    )
 
 
 def _log_points(ctx: RuleContext) -> pl.DataFrame:
-    # Numbers only: the provenance stays in the store and the few cited rows read it back
-    # by row id (`point_evidence`); a stats line is ~230 characters against ~50 bytes of
-    # numbers, and a day of them is millions of rows. DuckDB sorts (within its memory
-    # limit; a polars sort held twice the frame); file_no stands for the file's name.
+    # DuckDB sorts (within its memory limit; a polars sort held twice the frame); file_no
+    # stands for the file's name. A stats line's waiting is on the line itself: no w_row.
     stats = ctx.sql(
         "SELECT replica, ts, kv_usage_pct / 100.0 AS usage, CAST(waiting AS DOUBLE) AS waiting, "
-        "CAST(running AS DOUBLE) AS running, source_line, rowid AS row_id "
+        "CAST(running AS DOUBLE) AS running, rowid AS row_id "
         "FROM log_stats JOIN (SELECT source_path, row_number() OVER (ORDER BY source_path) "
         "AS file_no FROM (SELECT DISTINCT source_path FROM log_stats)) f USING (source_path) "
         "WHERE kv_usage_pct IS NOT NULL ORDER BY replica, ts NULLS FIRST, file_no, source_line"
     )
-    return stats.with_columns(
-        *(pl.lit(None, pl.String).alias(c) for c in ("source_path", "w_path")),
-        *(pl.lit(None, pl.Int64).alias(c) for c in ("sample_row", "w_line", "w_sample_row")),
-        pl.lit("log").alias("origin"),
-    )
+    return stats.with_columns(pl.lit("log").alias("origin"), pl.lit(None, pl.Int64).alias("w_row"))
 
 
+# Numbers only, one row per observation: provenance stays in the store and the few rows
+# a finding cites read it back by row id (`point_evidence`). A stats line is ~230
+# characters against ~50 bytes of numbers, and a day of them is millions of rows.
 COLUMNS = [
     "replica",
     "ts",
     "usage",
     "waiting",
     "running",
-    *_PROV,
-    "w_path",
-    "w_line",
-    "w_sample_row",
-    "origin",
-    "row_id",  # a stats line's row in log_stats (its provenance is read back by it)
+    "origin",  # "metrics" | "log"
+    "row_id",  # metrics: the usage sample's sample_row; log: the stats line's log_stats rowid
+    "w_row",  # metrics: the waiting sample's sample_row (null: not scraped); log: null
 ]
 
 
@@ -114,7 +102,7 @@ def points_by_replica(ctx: RuleContext) -> dict[str, pl.DataFrame]:
 
 
 def _load_points(ctx: RuleContext) -> pl.DataFrame:
-    parts = [p.select(COLUMNS) for p in (_metric_points(ctx), _log_points(ctx)) if p.height]
+    parts = [_compact(p) for p in (_metric_points(ctx), _log_points(ctx)) if p.height]
     if not parts:
         return pl.DataFrame()
     # One chunk: polars sorts and filters a chunked frame through a copy of it (+4x its
@@ -122,19 +110,30 @@ def _load_points(ctx: RuleContext) -> pl.DataFrame:
     return pl.concat(parts, how="vertical_relaxed", rechunk=True)
 
 
+def _compact(part: pl.DataFrame) -> pl.DataFrame:
+    """The columns in order, the repeated strings as codes: a string is 16 bytes a row in
+    polars, a category 1 to 4 (a day of stats lines: ~80 -> ~50 bytes a point)."""
+    return part.select(COLUMNS).with_columns(
+        pl.col("replica").cast(pl.Categorical), pl.col("origin").cast(ORIGIN)
+    )
+
+
 def point_evidence(ctx: RuleContext, row: Mapping[str, Any], what: str, value: Any) -> Evidence:
     """Evidence from a row of `load_points`."""
-    return ctx.evidence(_cited(ctx, row), what, value)
+    return ctx.evidence(_cited(ctx, row["origin"], row["row_id"], row), what, value)
 
 
-def _cited(ctx: RuleContext, row: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The row with its provenance: a stats line's is read back from the store."""
-    row_id = row.get("row_id")
-    if row.get("origin") != "log" or row_id is None:
-        return row
-    query = "SELECT source_path, source_line, raw FROM log_stats WHERE rowid = ?"
-    found = ctx.store.memo(("stats_row", row_id), lambda: ctx.sql(query, [row_id]))
-    return {**row, **found.row(0, named=True)} if found.height else row
+_CITED = {
+    "log": "SELECT source_path, source_line, raw FROM log_stats WHERE rowid = ?",
+    "metrics": "SELECT source_path, source_line, raw FROM metric_samples WHERE sample_row = ?",
+}
+
+
+def _cited(ctx: RuleContext, origin: str, row_id: Any, row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row with the provenance of the store row `row_id` of `origin`, read back."""
+    query = _CITED[origin]
+    found = ctx.store.memo((origin, row_id), lambda: ctx.sql(query, [row_id]))
+    return {**row, **found.row(0, named=True)} if found.height else {**row, "source_path": None}
 
 
 def usage_evidence(ctx: RuleContext, row: dict[str, Any], what: str = "kv_cache_usage") -> Evidence:
@@ -143,23 +142,16 @@ def usage_evidence(ctx: RuleContext, row: dict[str, Any], what: str = "kv_cache_
 
 def waiting_cited(row: Mapping[str, Any]) -> bool:
     """Whether a `load_points` row knows where its waiting count was read."""
-    return row["origin"] == "log" or row["w_path"] is not None
+    return row["origin"] == "log" or row["w_row"] is not None
 
 
 def waiting_evidence(ctx: RuleContext, row: dict[str, Any]) -> Evidence:
-    if row["origin"] == "log":
-        src = _cited(ctx, row)
-    else:
-        src = {
-            "source_path": row["w_path"],
-            "source_line": row["w_line"],
-            "sample_row": row["w_sample_row"],
-        }
-        src |= {"ts": row["ts"], "origin": row["origin"]}
     value = row["waiting"]
-    return point_evidence(
-        ctx, src, "num_requests_waiting", int(value) if value is not None else None
-    )
+    waiting = int(value) if value is not None else None
+    if row["origin"] == "log":  # the stats line with the usage is the one with the queue
+        return point_evidence(ctx, row, "num_requests_waiting", waiting)
+    src = _cited(ctx, "metrics", row["w_row"], {"ts": row["ts"]})
+    return ctx.evidence(src, "num_requests_waiting", waiting)
 
 
 @dataclass(frozen=True, slots=True)
