@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -327,6 +328,11 @@ def test_a_scrape_series_is_recognised_from_one_member_and_strays_still_sniffed(
     (unit,) = found.units
     assert unit.kind == "prom_text"
     assert unit.rels == tuple(f"metrics/{p.name}" for p in real)
+    # The files are held as strings (discover.py) and handed out as Paths, in rel order.
+    assert unit.files == tuple(tmp_path / "metrics" / p.name for p in real)
+    assert all(isinstance(f, Path) and f.is_file() for f in unit.files)
+    assert unit.files[1:3] == tuple(unit.files)[1:3]
+    assert len({unit, dataclasses.replace(unit, files=tuple(unit.files))}) == 1
     aside = {r.path: r.status for r in found.set_aside}
     assert aside == {
         "metrics/1795959290.911.prom": "unrecognised",

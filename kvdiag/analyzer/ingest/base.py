@@ -9,16 +9,53 @@ parallel.
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, overload
 
 import polars as pl
 
 from kvdiag.analyzer.model import InputProblem, UnmatchedTemplate
+
+
+class FileList(Sequence[Path]):
+    """A unit's files, kept as strings and made Paths one at a time when asked for.
+
+    A day of one-second scrapes is one unit of 86,400 files: as Path objects (~490 bytes
+    each, with the parts they cache) they held 42 MiB for the whole run, as strings ~110.
+    """
+
+    __slots__ = ("_paths",)
+
+    def __init__(self, paths: Iterable[Path | str]) -> None:
+        self._paths = tuple(os.fspath(p) for p in paths)
+
+    @overload
+    def __getitem__(self, index: int) -> Path: ...
+    @overload
+    def __getitem__(self, index: slice) -> FileList: ...
+    def __getitem__(self, index: int | slice) -> Path | FileList:
+        if isinstance(index, slice):
+            return FileList(self._paths[index])
+        return Path(self._paths[index])
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return self._paths == tuple(os.fspath(p) for p in other)
+
+    def __hash__(self) -> int:  # as the tuple of Paths it equals
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"FileList({list(self._paths)!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +64,7 @@ class InputUnit:
 
     kind: str
     rel: str  # POSIX path relative to the incident folder (a folder for a series)
-    files: tuple[Path, ...]
+    files: Sequence[Path]  # a FileList from discovery; any sequence of paths will do
     rels: tuple[str, ...]  # relative path of each file
     size_bytes: int
     replica: str  # default replica name: the folder it sits in, else the file stem
