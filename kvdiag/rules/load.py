@@ -132,7 +132,7 @@ _CITED = {
 def _cited(ctx: RuleContext, origin: str, row_id: Any, row: Mapping[str, Any]) -> dict[str, Any]:
     """The row with the provenance of the store row `row_id` of `origin`, read back."""
     query = _CITED[origin]
-    found = ctx.store.memo((origin, row_id), lambda: ctx.sql(query, [row_id]))
+    found = ctx.store.memo(("cited", origin, row_id), lambda: ctx.sql(query, [row_id]))
     return {**row, **found.row(0, named=True)} if found.height else {**row, "source_path": None}
 
 
