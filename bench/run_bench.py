@@ -3,7 +3,9 @@
 For each input it prints kvdiag's wall time and peak RSS (the kernel's high-water mark),
 and the ratios to baselines on the same bytes: `grep -c`, a plain Python `re` loop over
 the lines, and prometheus_client's text parser for scrapes (timed on a sample of files
-and extrapolated when the series is large; the sample size is printed).
+and extrapolated when the series is large; the sample size is printed). A line per input
+as it is measured (JSON), then a line per target of issue 7: the value, the target, met
+or NOT met.
 
     python bench/run_bench.py                 # 1 GB and 5 GB of logs, 86,400 scrapes
     python bench/run_bench.py --smoke         # small sizes, for CI
@@ -139,6 +141,7 @@ def bench_logs(gb: float) -> dict[str, object]:
     run = kvdiag_run(folder)
     grep = grep_count([log])
     rows = {
+        "kind": "logs",
         "input": f"{size / 1e9:.2f} GB vLLM log",
         "kvdiag_s": round(run.wall_s, 2),
         "peak_rss_mib": round(run.peak_rss_mib),
@@ -163,6 +166,7 @@ def bench_scrapes(count: int, sample: int) -> dict[str, object]:
     grep = grep_count(files, "vllm:kv_cache_usage_perc")
     loop = python_re_loop(files, SCRAPE_RE)
     return {
+        "kind": "scrapes",
         "input": f"{len(files):,} scrapes, {size / 1e9:.2f} GB",
         "kvdiag_s": round(run.wall_s, 2),
         "peak_rss_mib": round(run.peak_rss_mib),
@@ -194,13 +198,54 @@ def main() -> None:
         shutil.rmtree(OUT, ignore_errors=True)
     sizes = args.gb or ([0.02] if args.smoke else [1.0, 5.0])
     scrapes = args.scrapes or (300 if args.smoke else 86400)
-    results = []
+    runs = []
     if args.only in (None, "logs"):
-        results += [bench_logs(gb) for gb in sizes]
+        runs += [lambda gb=gb: bench_logs(gb) for gb in sizes]
     if args.only in (None, "scrapes"):
-        results.append(bench_scrapes(scrapes, min(args.sample, scrapes)))
-    for row in results:
-        print(json.dumps(row))
+        runs.append(lambda: bench_scrapes(scrapes, min(args.sample, scrapes)))
+    results = []
+    for run in runs:  # each input's line as soon as it is measured: a full run takes minutes
+        results.append(run())
+        print(json.dumps(results[-1]), flush=True)
+    if args.smoke:
+        print(
+            "(smoke sizes: the targets below are set for 1 and 5 GB of logs and a day of scrapes)"
+        )
+    for line in verdicts(results):
+        print(line)
+
+
+# The issue's targets (issue 7): ratios to baselines timed in the same run, and memory.
+MAX_X_GREP = 4.0
+MIN_X_PROMETHEUS_CLIENT = 20.0
+MAX_PEAK_MIB = 512
+MAX_FLAT_RATIO = 1.1  # largest log's peak RSS over the smallest's: "flat from 1 GB to 5 GB"
+
+
+def verdicts(results: list[dict[str, object]]) -> list[str]:
+    """One line per target: the measured value, the target, met or not."""
+
+    def line(what: str, value: float, target: str, met: bool) -> str:
+        return f"target {what}: {value:g} (target {target}) {'met' if met else 'NOT met'}"
+
+    out = []
+    for r in results:
+        peak, name = float(str(r["peak_rss_mib"])), r["input"]
+        if r["kind"] == "logs":
+            x = float(str(r["x_grep"]))
+            out.append(line(f"{name} x grep -c", x, f"<= {MAX_X_GREP:g}", x <= MAX_X_GREP))
+        else:
+            x = float(str(r["speedup_vs_prometheus_client"]))
+            target = f">= {MIN_X_PROMETHEUS_CLIENT:g}"
+            met = x >= MIN_X_PROMETHEUS_CLIENT
+            out.append(line(f"{name} faster than prometheus_client", x, target, met))
+        out.append(line(f"{name} peak RSS MiB", peak, f"<= {MAX_PEAK_MIB}", peak <= MAX_PEAK_MIB))
+    logs = [float(str(r["peak_rss_mib"])) for r in results if r["kind"] == "logs"]
+    if len(logs) > 1:
+        ratio = round(logs[-1] / logs[0], 2)
+        target = f"<= {MAX_FLAT_RATIO:g}"
+        out.append(line("log peak RSS, largest / smallest", ratio, target, ratio <= MAX_FLAT_RATIO))
+    return out
 
 
 if __name__ == "__main__":
