@@ -27,6 +27,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_incident import make_logs, make_scrapes
@@ -222,7 +223,7 @@ MAX_PEAK_MIB = 512
 MAX_FLAT_RATIO = 1.1  # largest log's peak RSS over the smallest's: "flat from 1 GB to 5 GB"
 
 
-def verdicts(results: list[dict[str, object]]) -> list[str]:
+def verdicts(results: list[dict[str, Any]]) -> list[str]:
     """One line per target: the measured value, the target, met or not."""
 
     def line(what: str, value: float, target: str, met: bool) -> str:
@@ -230,17 +231,17 @@ def verdicts(results: list[dict[str, object]]) -> list[str]:
 
     out = []
     for r in results:
-        peak, name = float(str(r["peak_rss_mib"])), r["input"]
+        peak, name = float(r["peak_rss_mib"]), r["input"]
         if r["kind"] == "logs":
-            x = float(str(r["x_grep"]))
+            x = float(r["x_grep"])
             out.append(line(f"{name} x grep -c", x, f"<= {MAX_X_GREP:g}", x <= MAX_X_GREP))
         else:
-            x = float(str(r["speedup_vs_prometheus_client"]))
+            x = float(r["speedup_vs_prometheus_client"])
             target = f">= {MIN_X_PROMETHEUS_CLIENT:g}"
             met = x >= MIN_X_PROMETHEUS_CLIENT
             out.append(line(f"{name} faster than prometheus_client", x, target, met))
         out.append(line(f"{name} peak RSS MiB", peak, f"<= {MAX_PEAK_MIB}", peak <= MAX_PEAK_MIB))
-    logs = [float(str(r["peak_rss_mib"])) for r in results if r["kind"] == "logs"]
+    logs = [float(r["peak_rss_mib"]) for r in results if r["kind"] == "logs"]
     if len(logs) > 1:
         ratio = round(logs[-1] / logs[0], 2)
         target = f"<= {MAX_FLAT_RATIO:g}"

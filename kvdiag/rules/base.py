@@ -126,7 +126,8 @@ class RuleContext:
         line = row.get("source_line")
         raw = row.get("raw")
         if raw is None and row.get("sample_row") is not None:
-            raw = self._sample_text(int(row["sample_row"]))
+            source = self.sample_source(int(row["sample_row"]))
+            raw = source["raw"] if source is not None else None
         return Evidence(
             path=str(row["source_path"]),
             line=int(line) if line is not None else None,
@@ -136,10 +137,11 @@ class RuleContext:
             excerpt=excerpt(raw),
         )
 
-    def _sample_text(self, row_id: int) -> str | None:
-        query = "SELECT raw FROM metric_samples WHERE sample_row = ?"
-        found = self.store.memo(("sample_raw", row_id), lambda: self.sql(query, [row_id]))
-        return str(found.item()) if found.height and found.item() is not None else None
+    def sample_source(self, row_id: int) -> dict[str, Any] | None:
+        """The file, line and text of a metric sample by its `sample_row`, read once."""
+        query = "SELECT source_path, source_line, raw FROM metric_samples WHERE sample_row = ?"
+        found = self.store.memo(("sample", row_id), lambda: self.sql(query, [row_id]))
+        return found.row(0, named=True) if found.height else None
 
     def finding(
         self,

@@ -39,14 +39,14 @@ def _metric_points(ctx: RuleContext) -> pl.DataFrame:
     for metric, col in (("num_requests_waiting", "waiting"), ("num_requests_running", "running")):
         other = gauge(ctx, metric)
         if other.is_empty():
-            frame = frame.with_columns(pl.lit(None, pl.Float64).alias(col))
+            frame = frame.with_columns(
+                pl.lit(None, pl.Float64).alias(col), pl.lit(None, pl.Int64).alias(f"{col}_row")
+            )
             continue
         picked = other.select(
             [*_KEY, pl.col("value").alias(col), pl.col("sample_row").alias(f"{col}_row")]
         ).unique(subset=_KEY, keep="first", maintain_order=True)
         frame = frame.join(picked, on=_KEY, how="left", nulls_equal=True)
-    if "waiting_row" not in frame.columns:
-        frame = frame.with_columns(pl.lit(None, pl.Int64).alias("waiting_row"))
     return frame.select(
         "replica",
         "ts",
@@ -123,17 +123,18 @@ def point_evidence(ctx: RuleContext, row: Mapping[str, Any], what: str, value: A
     return ctx.evidence(_cited(ctx, row["origin"], row["row_id"], row), what, value)
 
 
-_CITED = {
-    "log": "SELECT source_path, source_line, raw FROM log_stats WHERE rowid = ?",
-    "metrics": "SELECT source_path, source_line, raw FROM metric_samples WHERE sample_row = ?",
-}
+_STATS_ROW = "SELECT source_path, source_line, raw FROM log_stats WHERE rowid = ?"
 
 
 def _cited(ctx: RuleContext, origin: str, row_id: Any, row: Mapping[str, Any]) -> dict[str, Any]:
-    """The row with the provenance of the store row `row_id` of `origin`, read back."""
-    query = _CITED[origin]
-    found = ctx.store.memo(("cited", origin, row_id), lambda: ctx.sql(query, [row_id]))
-    return {**row, **found.row(0, named=True)} if found.height else {**row, "source_path": None}
+    """The row with the provenance of the store row it stands for, read back."""
+    found: dict[str, Any] | None = None
+    if origin == "metrics":
+        found = ctx.sample_source(int(row_id)) if row_id is not None else None
+    else:
+        rows = ctx.store.memo(("stats_row", row_id), lambda: ctx.sql(_STATS_ROW, [row_id]))
+        found = rows.row(0, named=True) if rows.height else None
+    return {**row, **found} if found is not None else {**row, "source_path": None}
 
 
 def usage_evidence(ctx: RuleContext, row: dict[str, Any], what: str = "kv_cache_usage") -> Evidence:
