@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kvdiag.analyzer.ingest.fieldtypes import convert, convert_fields
 from kvdiag.analyzer.ingest.formats import load_pack
 from tests.property_support import (
     any_bytes,
@@ -114,3 +116,25 @@ def test_scrape_log_any_bytes(data: bytes) -> None:
 @given(_object_lines(SCRAPE_LOG_KEYS))
 def test_scrape_log_any_values(data: bytes) -> None:
     check_ingest("scrape_log", "scrapes.jsonl", data)
+
+
+_NUMBERS = st.one_of(
+    st.none(),
+    st.integers(-(10**25), 10**25).map(str),
+    st.floats(allow_nan=True).map(str),
+    st.from_regex(r"[-+]?[0-9,.]{1,24}", fullmatch=True),
+    hostile_number,
+    st.text(max_size=6),
+)
+
+
+@given(st.lists(_NUMBERS, min_size=1, max_size=8), st.sampled_from(["int", "float"]))
+def test_typed_fields_the_quick_way_equal_the_full_conversion(
+    values: list[str | None], ftype: str
+) -> None:
+    """convert_fields casts plain numbers at once; it must give what `convert` gives on
+    every value, separators, saturation and junk included."""
+    frame = pl.DataFrame({"v": values}, schema={"v": pl.String})
+    quick = convert_fields(frame, {"v": ftype})
+    full = frame.with_columns(convert("v", ftype))
+    assert quick.equals(full), (values, quick["v"].to_list(), full["v"].to_list())

@@ -1,4 +1,5 @@
-"""The store's memory limit: low while storing, raised (not failed) when a query needs more."""
+"""The store: its memory limit (low while storing, raised when a query needs more) and
+appends gathered into few inserts, read back whole and in order."""
 
 from __future__ import annotations
 
@@ -59,3 +60,63 @@ def test_an_insert_retried_after_running_out_of_memory_adds_each_row_once(
     tiny_store.append("input_problems", frame)
     assert tiny_store._memory.peak_mb > TINY_MB  # the insert did run out of memory
     assert tiny_store.reader.scalar("SELECT count(*) FROM input_problems") == rows
+
+
+def _problems(first: int, n: int, **extra: object) -> pl.DataFrame:
+    rows = {
+        "path": [f"f{i}.log" for i in range(first, first + n)],
+        "line": list(range(first, first + n)),
+    }
+    return pl.DataFrame(rows).with_columns(pl.lit(v).alias(k) for k, v in extra.items())
+
+
+def test_small_appends_are_gathered_and_read_back_in_order() -> None:
+    """Frames with different optional columns (one with a column of nulls only) become
+    one insert; a reader sees every row, in append order, with each column's values."""
+    store = Store()
+    try:
+        store.append("input_problems", _problems(0, 3))
+        store.append("input_problems", _problems(3, 2, message="late"))
+        store.append("input_problems", _problems(5, 1, message=None))
+        assert store._pending  # nothing inserted yet: three small frames wait
+        got = store.reader.sql("SELECT path, line, message FROM input_problems ORDER BY rowid")
+        assert not store._pending
+        assert got["line"].to_list() == list(range(6))
+        assert got["message"].to_list() == [None, None, None, "late", "late", None]
+    finally:
+        store.finish()
+
+
+def test_a_big_append_is_inserted_at_once_with_what_waits_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(store_module, "FLUSH_ROWS", 10)
+    store = Store()
+    try:
+        store.append("input_problems", _problems(0, 4))
+        store.append("input_problems", _problems(4, 20))
+        assert not store._pending
+        lines = store.reader.sql("SELECT line FROM input_problems ORDER BY rowid")["line"]
+        assert lines.to_list() == list(range(24))
+    finally:
+        store.finish()
+
+
+def _held_bytes(strings: pl.Series) -> int:
+    """Bytes of the buffers a string column holds (views count what they point into)."""
+    return int(strings.to_arrow(compat_level=pl.CompatLevel.newest()).get_total_buffer_size())
+
+
+def test_rows_waiting_for_their_insert_do_not_hold_the_text_they_were_cut_from() -> None:
+    """A string sliced from a big batch shares its buffer; a waiting frame copies it out."""
+    batch = pl.DataFrame({"path": ["x" * 200 + str(i) for i in range(50_000)]})
+    cut = batch.head(3).with_columns(pl.col("path").str.slice(0, 20), pl.lit(1).alias("line"))
+    store = Store()
+    try:
+        store.append("input_problems", cut)
+        (waiting,) = store._pending["input_problems"]
+        assert _held_bytes(cut["path"]) > 10_000_000  # the whole batch's text
+        assert _held_bytes(waiting["path"]) < 1_000
+        assert waiting["path"].to_list() == cut["path"].to_list()
+    finally:
+        store.finish()

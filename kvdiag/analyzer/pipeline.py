@@ -89,6 +89,7 @@ def _ingest_unit(
                 problems.append(emit)
             else:
                 records.append(_record(unit, emit))
+        store.flush()
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as exc:  # one unreadable input must not stop the others

@@ -7,6 +7,8 @@ so KB/MB/GB and KiB/MiB/GiB are all read as binary units.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import polars as pl
 
 _SIZE = r"^\s*([\d.,]+)\s*([KMGTP]?i?B|bytes?)?\s*$"
@@ -83,3 +85,30 @@ def convert(name: str, ftype: str) -> pl.Expr:
     if ftype == "lower":
         return col.str.to_lowercase().alias(name)
     return col.alias(name)  # str, pydict (decoded later, per matched row)
+
+
+def convert_fields(frame: pl.DataFrame, fields: Mapping[str, str]) -> pl.DataFrame:
+    """The typed columns for captured string fields, each as `convert` gives it.
+
+    Most printed numbers are plain: for those one cast gives what `convert` computes with
+    four more passes (thousands separators, 64-bit saturation), which made typing the
+    fields of a log's stats lines cost half as much as matching them.
+    """
+    plain = [_plain_number(frame[name], ftype) for name, ftype in fields.items()]
+    return frame.with_columns(
+        fast if fast is not None else convert(name, ftype)
+        for (name, ftype), fast in zip(fields.items(), plain, strict=True)
+    )
+
+
+def _plain_number(col: pl.Series, ftype: str) -> pl.Series | None:
+    """An int or float field cast at once, when no value holds a thousands separator and
+    (ints) every value is a 64-bit integer as printed: else None, for `convert`."""
+    if ftype not in ("int", "float") or col.dtype != pl.String:
+        return None
+    if col.str.contains(",", literal=True).any():
+        return None
+    cast = col.cast(pl.Int64 if ftype == "int" else pl.Float64, strict=False)
+    if ftype == "int" and cast.null_count() != col.null_count():
+        return None
+    return cast

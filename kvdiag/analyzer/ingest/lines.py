@@ -40,7 +40,7 @@ __all__ = [
     "rotation_base",
 ]
 
-# 16 MB of text a batch: a batch parses in ~0.1 s, and two in flight (one per core) plus
+# 8 MB of text a batch: a batch parses in ~0.15 s, and two in flight (one per core) plus
 # the one being read stay far below the memory budget.
 BATCH_BYTES = 8 << 20
 # polars' CSV reader splits lines fast; we give it a column separator that cannot occur

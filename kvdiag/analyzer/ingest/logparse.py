@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
-from kvdiag.analyzer.ingest.fieldtypes import convert
+from kvdiag.analyzer.ingest.fieldtypes import convert_fields
 from kvdiag.analyzer.ingest.formats import EnvelopeStep, Event, FormatPack
 
 # ANSI CSI sequences (colours, cursor moves) and OSC titles, then any other C0 control
@@ -296,10 +296,8 @@ def finish_fields(typed: pl.DataFrame, event: Event) -> pl.DataFrame:
     for name, pattern in event.extract.items():
         found = pl.col("msg").str.extract(pattern, 1)
         typed = typed.with_columns(pl.coalesce(pl.col(name), found).alias(name))
-    return typed.with_columns(
-        *[convert(name, ftype) for name, ftype in event.fields.items()],
-        *[pl.lit(value).alias(name) for name, value in event.set.items()],
-    )
+    typed = convert_fields(typed, event.fields)
+    return typed.with_columns(pl.lit(value).alias(name) for name, value in event.set.items())
 
 
 def mark_records(frame: pl.DataFrame, pack: FormatPack) -> pl.DataFrame:

@@ -37,6 +37,7 @@ from functools import cache
 
 import polars as pl
 
+from kvdiag.analyzer.ingest.ascii_regex import ascii_only
 from kvdiag.analyzer.ingest.formats import Event, FormatPack, load_pack
 from kvdiag.analyzer.ingest.logparse import CONTROL, EventRows, finish_fields
 from kvdiag.analyzer.ingest.repair import GLUED
@@ -71,6 +72,7 @@ class HotEvent:
 
     event: Event
     regex: str  # HEADER + the first variant, with the groups of both
+    ascii_regex: str | None  # the same for ASCII lines, faster (ascii_regex.py); None: none
     # Literals of events earlier in the pack whose presence sends a line to the full
     # parse (they might match first); those proven unable to match are left out.
     earlier: tuple[str, ...]
@@ -125,8 +127,15 @@ def _hot(pack: FormatPack, ids: dict[str, tuple[str, ...]]) -> tuple[HotEvent, .
             e.literal for e in pack.events[:i] if e.id not in allowed and e.literal != event.literal
         )
         regex = f"{HEADER}(?P<msg>{first[1:]})"
-        out.append(HotEvent(event, regex, tuple(dict.fromkeys(earlier))))
+        out.append(HotEvent(event, regex, _ascii_or_none(regex), tuple(dict.fromkeys(earlier))))
     return tuple(out)
+
+
+def _ascii_or_none(regex: str) -> str | None:
+    try:
+        return ascii_only(regex)
+    except ValueError:
+        return None
 
 
 @cache
@@ -156,7 +165,7 @@ class Triage:
 
     slow: pl.DataFrame  # rows (line_no, text) for the full parse, with gaps
     fast_parsed: int  # rows decided in a fast lane (all parsed)
-    access: pl.DataFrame  # key, method, path, status, count, first, last, raw
+    access: pl.DataFrame  # method, path, status, count, first, last, raw
     hot: list[EventRows]  # hot events' rows, shaped like the full parse's
 
 
@@ -174,14 +183,19 @@ def _dilate(mask: pl.Series, before: int, after: int) -> pl.Series:
     return frame.select(pl.any_horizontal(pl.col("m"), *near).alias("m"))["m"]
 
 
-def _access(frame: pl.DataFrame) -> pl.DataFrame:
-    """Access lines (_i, line_no, text) with their key's fields; null fields: not plain."""
+def _access(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Access lines (_i, line_no, text, key, plain), and each distinct key's fields.
+
+    A line is plain when its key reads as a request with a status below 400. The fields
+    are read once per distinct key (a handful), not once per line.
+    """
     text = pl.col("text")
     keyed = frame.with_columns(text.str.slice(text.str.find(_ACCESS_AT, literal=True)).alias("key"))
     keys = keyed.select(pl.col("key").unique())
     fields = keys.with_columns(pl.col("key").str.extract_groups(ACCESS_KEY).alias("f")).unnest("f")
     fields = fields.with_columns(pl.col("status").cast(pl.Int64, strict=False))
-    return keyed.join(fields, on="key", how="left")
+    plain = fields.filter(pl.col("status") < REJECTED)["key"]
+    return keyed.with_columns(pl.col("key").is_in(plain.implode()).alias("plain")), fields
 
 
 def _other_lanes(frame: pl.DataFrame, lanes: Lanes) -> pl.DataFrame:
@@ -219,8 +233,7 @@ def _hot_rows(frame: pl.DataFrame, lanes: Lanes) -> tuple[list[EventRows], pl.Se
             cand = cand.filter(~pl.col("_i").is_in(pl.concat(taken).implode()))
         if cand.is_empty():
             continue
-        groups = cand.with_columns(text.str.extract_groups(hot.regex).alias("_g")).unnest("_g")
-        hits = groups.filter(pl.col("level").is_not_null())
+        hits = _groups(cand, hot).filter(pl.col("level").is_not_null())
         # Controls would be cleaned and a glued record split off: the full parse decides.
         odd = text.str.contains(_ODD)
         if hot.earlier:
@@ -232,6 +245,27 @@ def _hot_rows(frame: pl.DataFrame, lanes: Lanes) -> tuple[list[EventRows], pl.Se
         out.append(EventRows(hot.event, _shape(hits, hot.event)))
     rows = pl.concat(taken) if taken else pl.Series("_i", [], pl.UInt32)
     return out, rows
+
+
+def _groups(cand: pl.DataFrame, hot: HotEvent) -> pl.DataFrame:
+    """Candidate rows with the hot regex's groups (null where it does not match), in row
+    order. Lines of ASCII text go through its ASCII form: 21 ms instead of 30 for the
+    6,300 stats lines of an 8 MB batch."""
+
+    def extract(rows: pl.DataFrame, regex: str) -> pl.DataFrame:
+        return rows.with_columns(pl.col("text").str.extract_groups(regex).alias("_g"))
+
+    if hot.ascii_regex is None:
+        return extract(cand, hot.regex).unnest("_g")
+    text = pl.col("text")
+    ascii_line = cand.select(text.str.len_bytes() == text.str.len_chars())["text"]
+    if ascii_line.all():
+        return extract(cand, hot.ascii_regex).unnest("_g")
+    parts = [
+        extract(cand.filter(ascii_line), hot.ascii_regex),
+        extract(cand.filter(~ascii_line), hot.regex),
+    ]
+    return pl.concat(parts).sort("_i").unnest("_g")
 
 
 def _shape(hits: pl.DataFrame, event: Event) -> pl.DataFrame:
@@ -254,13 +288,13 @@ def triage(batch: pl.DataFrame, lanes: Lanes) -> Triage:
     n = batch.height
     frame = batch.with_row_index("_i")
     is_access = frame.select(pl.col("text").str.contains(ACCESS))["text"]
-    access = _access(frame.filter(is_access))
+    access, key_fields = _access(frame.filter(is_access))
+    plain = access.filter("plain")
     other = _other_lanes(frame.filter(~is_access), lanes)
     hot, hot_rows = _hot_rows(other.filter(pl.col("hdr") & pl.col("risky")), lanes)
-    plain_access = pl.col("status").is_not_null() & (pl.col("status") < REJECTED)
     fast = pl.concat(
         [
-            access.filter(plain_access)["_i"],
+            plain["_i"],
             other.filter(pl.col("lane").is_not_null())["_i"],
             hot_rows,
         ]
@@ -270,13 +304,12 @@ def triage(batch: pl.DataFrame, lanes: Lanes) -> Triage:
     slow = _dilate(slow, _CONTEXT, _CONTEXT)
     slow = slow | _joins(frame, slow, lanes)
     fast_mask = ~slow
-    plain = access.filter(plain_access)
     kept_access = plain.filter(fast_mask.gather(plain["_i"]))
     hot = [EventRows(h.event, h.frame.filter(fast_mask.gather(h.frame["_i"]))) for h in hot]
     return Triage(
         slow=batch.filter(slow),
         fast_parsed=int(fast_mask.sum()),
-        access=_count_access(kept_access),
+        access=_count_access(kept_access, key_fields),
         hot=[h for h in hot if h.frame.height],
     )
 
@@ -315,11 +348,16 @@ def _joins(frame: pl.DataFrame, slow: pl.Series, lanes: Lanes) -> pl.Series:
     return _scatter(n, pl.concat(ranges).cast(pl.UInt32))
 
 
-def _count_access(rows: pl.DataFrame) -> pl.DataFrame:
-    """Plain access lines per key: count, first and last line, and the first line's text."""
-    return rows.group_by("method", "path", "status").agg(
+def _count_access(rows: pl.DataFrame, fields: pl.DataFrame) -> pl.DataFrame:
+    """Plain access lines per key: method, path, status, count, first and last line, and
+    the first line's text. Keys that differ only in protocol or reason are folded into
+    one (method, path, status) row later, with the rest of the file (logaccess.AccessBook)."""
+    counted = rows.group_by("key").agg(
         pl.len().cast(pl.Int64).alias("count"),
         pl.col("line_no").min().alias("first"),
         pl.col("line_no").max().alias("last"),
         pl.col("text").sort_by("line_no").first().alias("raw"),
+    )
+    return counted.join(fields, on="key").select(
+        "method", "path", "status", "count", "first", "last", "raw"
     )
