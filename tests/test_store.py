@@ -4,6 +4,7 @@ appends gathered into few inserts, read back whole and in order."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import duckdb
 import polars as pl
@@ -47,8 +48,12 @@ def test_past_the_ceiling_the_out_of_memory_error_is_raised(
 
 
 def test_an_insert_retried_after_running_out_of_memory_adds_each_row_once(
-    tiny_store: Store,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A kept (--db) store writes its tables to the file, and its inserts can run out of
+    memory; the scratch store lives in memory and spills to its folder instead."""
+    monkeypatch.setattr(store_module, "MEMORY_LIMIT_MB", TINY_MB)
+    store = Store(tmp_path / "kept.duckdb")
     rows = 300_000
     frame = pl.DataFrame(
         {
@@ -57,9 +62,12 @@ def test_an_insert_retried_after_running_out_of_memory_adds_each_row_once(
             "message": ["m" * 40] * rows,
         }
     )
-    tiny_store.append("input_problems", frame)
-    assert tiny_store._memory.peak_mb > TINY_MB  # the insert did run out of memory
-    assert tiny_store.reader.scalar("SELECT count(*) FROM input_problems") == rows
+    try:
+        store.append("input_problems", frame)
+        assert store._memory.peak_mb > TINY_MB  # the insert did run out of memory
+        assert store.reader.scalar("SELECT count(*) FROM input_problems") == rows
+    finally:
+        store.finish()
 
 
 def _problems(first: int, n: int, **extra: object) -> pl.DataFrame:
@@ -118,5 +126,21 @@ def test_rows_waiting_for_their_insert_do_not_hold_the_text_they_were_cut_from()
         assert _held_bytes(cut["path"]) > 10_000_000  # the whole batch's text
         assert _held_bytes(waiting["path"]) < 1_000
         assert waiting["path"].to_list() == cut["path"].to_list()
+    finally:
+        store.finish()
+
+
+def test_a_failed_insert_is_raised_by_the_flush_after_it_and_the_store_goes_on() -> None:
+    """Gathered rows are inserted at the latest where the pipeline flushes after an input,
+    so a failure is reported against that input; later inputs are stored."""
+    store = Store()
+    try:
+        store.append("input_problems", pl.DataFrame({"path": ["bad.log"], "line": ["not a line"]}))
+        with pytest.raises(duckdb.ConversionException):
+            store.flush()
+        store.append("input_problems", _problems(0, 2))
+        store.flush()
+        paths = store.reader.sql("SELECT path FROM input_problems ORDER BY rowid")["path"]
+        assert paths.to_list() == ["f0.log", "f1.log"]
     finally:
         store.finish()
