@@ -112,9 +112,12 @@ def _load_points(ctx: RuleContext) -> pl.DataFrame:
 
 def _compact(part: pl.DataFrame) -> pl.DataFrame:
     """The columns in order, the repeated strings as codes: a string is 16 bytes a row in
-    polars, a category 1 to 4 (a day of stats lines: ~80 -> ~50 bytes a point)."""
+    polars, a category 1 to 4 (a day of stats lines: ~80 -> ~50 bytes a point). Row ids
+    take 32 bits while they fit (tables under 4.29 G rows): 28 MiB less at 5 GB of log."""
+    fits = part.select((pl.col("row_id", "w_row").max() < 2**32).fill_null(True)).row(0)
+    ids = [pl.col(c).cast(pl.UInt32) for c, ok in zip(("row_id", "w_row"), fits, strict=True) if ok]
     return part.select(COLUMNS).with_columns(
-        pl.col("replica").cast(pl.Categorical), pl.col("origin").cast(ORIGIN)
+        pl.col("replica").cast(pl.Categorical), pl.col("origin").cast(ORIGIN), *ids
     )
 
 
