@@ -4,7 +4,6 @@ appends gathered into few inserts, read back whole and in order."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import duckdb
 import polars as pl
@@ -48,12 +47,8 @@ def test_past_the_ceiling_the_out_of_memory_error_is_raised(
 
 
 def test_an_insert_retried_after_running_out_of_memory_adds_each_row_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_store: Store,
 ) -> None:
-    """A kept (--db) store writes its tables to the file, and its inserts can run out of
-    memory; the scratch store lives in memory and spills to its folder instead."""
-    monkeypatch.setattr(store_module, "MEMORY_LIMIT_MB", TINY_MB)
-    store = Store(tmp_path / "kept.duckdb")
     rows = 300_000
     frame = pl.DataFrame(
         {
@@ -62,12 +57,9 @@ def test_an_insert_retried_after_running_out_of_memory_adds_each_row_once(
             "message": ["m" * 40] * rows,
         }
     )
-    try:
-        store.append("input_problems", frame)
-        assert store._memory.peak_mb > TINY_MB  # the insert did run out of memory
-        assert store.reader.scalar("SELECT count(*) FROM input_problems") == rows
-    finally:
-        store.finish()
+    tiny_store.append("input_problems", frame)
+    assert tiny_store._memory.peak_mb > TINY_MB  # the insert did run out of memory
+    assert tiny_store.reader.scalar("SELECT count(*) FROM input_problems") == rows
 
 
 def _problems(first: int, n: int, **extra: object) -> pl.DataFrame:
