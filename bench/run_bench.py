@@ -174,7 +174,7 @@ def bench_logs(gb: float, repeat: int) -> dict[str, object]:
         | after_ingest(run.timings)
         | spread
     )
-    loop = python_re_loop([log])
+    loop = median_of(repeat, lambda: python_re_loop([log]))
     return rows | {"python_re_s": round(loop, 2), "x_python_re": round(run.wall_s / loop, 2)}
 
 
@@ -187,9 +187,11 @@ def bench_scrapes(count: int, sample: int, repeat: int) -> dict[str, object]:
     size = sum(f.stat().st_size for f in files)
     warm(files)
     run, spread = kvdiag_runs(folder, repeat)
-    prom, sampled = prometheus_client_time(files, sample)
+    # The baseline varies as much as kvdiag (982-1,479 s extrapolated in single runs).
+    timed = [prometheus_client_time(files, sample) for _ in range(repeat)]
+    prom, sampled = statistics.median(t for t, _ in timed), timed[0][1]
     grep = median_of(repeat, lambda: grep_count(files, "vllm:kv_cache_usage_perc"))
-    loop = python_re_loop(files, SCRAPE_RE)
+    loop = median_of(repeat, lambda: python_re_loop(files, SCRAPE_RE))
     return (
         {
             "kind": "scrapes",
@@ -225,8 +227,8 @@ def main() -> None:
         "--repeat",
         type=int,
         default=1,
-        help="runs of kvdiag and grep per input: the median time (of an even count, the "
-        "upper one) and the highest peak RSS",
+        help="runs of kvdiag and of each baseline per input: the median time (of an even "
+        "count, the upper one) and the highest peak RSS",
     )
     parser.add_argument("--clean", action="store_true", help="delete bench/out first")
     args = parser.parse_args()
