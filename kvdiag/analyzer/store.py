@@ -200,7 +200,6 @@ class Store:
         self._con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
         self._series = SeriesCatalog()
         self._pending: dict[str, list[pl.DataFrame]] = {}
-        self._pending_size: dict[str, tuple[int, int]] = {}  # rows, bytes
         for t in TABLES:
             self._con.execute(ddl(t))
 
@@ -231,15 +230,14 @@ class Store:
     def _insert(self, table_name: str, frame: pl.DataFrame) -> None:
         if frame.is_empty():
             return
-        rows, size = self._pending_size.get(table_name, (0, 0))
-        rows, size = rows + frame.height, size + int(frame.estimated_size())
         pending = self._pending.setdefault(table_name, [])
-        if rows < FLUSH_ROWS and size < FLUSH_BYTES:
-            pending.append(_detached(frame))
-            self._pending_size[table_name] = (rows, size)
-        else:
-            pending.append(frame)
+        pending.append(frame)
+        rows = sum(f.height for f in pending)
+        size = sum(int(f.estimated_size()) for f in pending)
+        if rows >= FLUSH_ROWS or size >= FLUSH_BYTES:
             self._flush_table(table_name)
+        else:
+            pending[-1] = _detached(frame)
 
     def flush(self) -> None:
         """Insert what is gathered: before reading, and after each input, so that a failed
@@ -249,7 +247,6 @@ class Store:
 
     def _flush_table(self, table_name: str) -> None:
         frames = self._pending.pop(table_name)
-        self._pending_size.pop(table_name, None)
         # Batches of one table may lack different optional columns, or hold only nulls
         # in one: each column takes the type that holds every batch's values.
         frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
