@@ -41,3 +41,22 @@ def test_ctrl_c_during_ingestion_leaves_nothing(tmp_path: Path) -> None:
     assert proc.returncode == ExitCode.INTERRUPTED, err
     assert "interrupted" in err
     assert sorted(p.name for p in out.iterdir()) == []
+
+
+class PanicException(BaseException):
+    """Stands for pyo3's: what a Ctrl-C inside a polars call that calls Python becomes."""
+
+
+def test_ctrl_c_inside_a_polars_callback_is_an_interrupt(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvdiag.analyzer import cli
+
+    def panic(**_: object) -> None:
+        raise PanicException("called `Result::unwrap()` on an `Err` value: KeyboardInterrupt")
+
+    monkeypatch.setattr(cli.cli, "main", panic)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["analyze", "x"])
+    assert exited.value.code == ExitCode.INTERRUPTED
+    assert "interrupted" in capsys.readouterr().err

@@ -353,7 +353,15 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("kvdiag: interrupted; nothing was written", err=True)
         sys.exit(int(ExitCode.INTERRUPTED))
-    except Exception as exc:
+    except BaseException as exc:
+        # Ctrl-C inside a polars call that calls back into Python comes out as pyo3's
+        # PanicException (a BaseException) wrapping the KeyboardInterrupt; the store was
+        # discarded on the way out all the same.
+        if type(exc).__name__ == "PanicException" and "KeyboardInterrupt" in str(exc):
+            click.echo("kvdiag: interrupted; nothing was written", err=True)
+            sys.exit(int(ExitCode.INTERRUPTED))
+        if not isinstance(exc, Exception):
+            raise
         if verbose:
             traceback.print_exc()
         click.echo(
