@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime
 from typing import NamedTuple
 
@@ -107,28 +108,35 @@ class PromTextIngester(Ingester):
             parsed = parse_lines(batch.lines, aliases)
             starts = _scrape_starts(batch, parsed.boundaries)
             timed = _timed_samples(batch, parsed.samples, starts)
-            return _Prepared(group, batch, parsed, starts, timed)
+            # The samples live on in `timed`; two copies of a batch's rows wait otherwise.
+            return _Prepared(
+                group, batch, replace(parsed, samples=parsed.samples.clear()), starts, timed
+            )
 
-        for group, batch, parsed, starts, timed in ordered_map(
-            prepare, batches(unit.files), threads=1, ahead=1
-        ):
+        for prepared in ordered_map(prepare, batches(unit.files), threads=1, ahead=1):
+            batch, parsed = prepared.batch, prepared.parsed
             for problem in batch.problems:
                 yield InputProblem(unit.rel, None, problem)
             _count_lines(tally, templates, batch, parsed)
-            resolved = builder.shape(timed, parsed.pairs)  # remembers config: in order
+            resolved = builder.shape(prepared.timed, parsed.pairs)  # remembers config: in order
+            scrapes = _scrape_rows(batch, prepared.starts, parsed.sample_rows, unit)
             tally.records += resolved.samples.height
             untimed += resolved.samples["ts"].null_count()
             valid += parsed.sample_rows.len()
+            group = prepared.group
+            # While this batch is stored only what is stored stays alive: the lines, the
+            # parsed and the timed frames (2 to 3 times the stored rows' size) go first, and
+            # all of it before the next batch is waited for, or three batches are alive (this
+            # one, the next one parsed, the one after being parsed).
+            del prepared, batch, parsed
             yield from _emit("metric_samples", resolved.samples)
             yield from _emit("config", resolved.config)
             yield from _emit("gpu_snapshots", resolved.gpus)
-            yield from _emit("scrapes", _scrape_rows(batch, starts, parsed.sample_rows, unit))
+            yield from _emit("scrapes", scrapes)
+            del resolved, scrapes
             if ctx.progress is not None:
                 read += sum(unit.files[i].stat().st_size for i in group)
                 ctx.progress(read, tally.total)
-            # Let this batch go before waiting for the next: otherwise three are alive
-            # (this one, the next one parsed, the one after being parsed).
-            del batch, parsed, starts, timed, resolved
         tally.notes.append(
             f"{tally.records} samples of known metrics stored; "
             f"{valid - tally.records} other sample lines parsed, not kept"
