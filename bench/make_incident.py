@@ -5,7 +5,10 @@ Logs: the fixture's server.log start-up is written once, then its steady-state l
 with timestamps shifted forward and the numbers of the stats lines varied, until the
 file reaches the requested size. Scrapes: the fixture's real scrape files are replayed
 under new `<unix_ts>.prom` names one second apart, with the KV usage, running and waiting
-gauges varied. Nothing is invented beyond shifting times and varying numbers.
+gauges varied, and each counter (`_total`, `_count`, `_sum`, `_bucket`) raised on every pass
+over the real files by its rise over them, so that counters go on rising as on a live server
+instead of resetting every 200 files, and a pass's lines are not the last pass's again.
+Nothing is invented beyond shifting times and varying numbers.
 
     python bench/make_incident.py logs  OUT_DIR --gb 1
     python bench/make_incident.py scrapes OUT_DIR --count 86400
@@ -106,16 +109,66 @@ def _vary_scrape(body: bytes, rng: random.Random) -> bytes:
     return b"\n".join(out)
 
 
+# Bumped when replayed scrapes change, so that bench/out/ caches of the old form are not reused.
+SCRAPES_FORM = 2
+_COUNTER_SUFFIXES = (b"_total", b"_count", b"_sum", b"_bucket")
+
+
+def _counter_steps(bodies: list[bytes]) -> dict[bytes, float]:
+    """Per counter line head (`name{labels}`): its rise over the real scrapes (0 if it fell)."""
+    first: dict[bytes, float] = {}
+    last: dict[bytes, float] = {}
+    for body in bodies:
+        for line in body.split(b"\n"):
+            head, value = _counter_sample(line)
+            if head is not None:
+                first.setdefault(head, value)
+                last[head] = value
+    return {head: max(0.0, last[head] - first[head]) for head in first}
+
+
+def _counter_sample(line: bytes) -> tuple[bytes | None, float]:
+    if line.startswith(b"#"):
+        return None, 0.0
+    head, _, text = line.rpartition(b" ")
+    if not head.split(b"{", 1)[0].endswith(_COUNTER_SUFFIXES):
+        return None, 0.0
+    try:
+        return head, float(text)
+    except ValueError:
+        return None, 0.0
+
+
+def _continue_counters(body: bytes, steps: dict[bytes, float], cycle: int) -> bytes:
+    """The body with each counter raised by `cycle` times its rise over the real scrapes, so
+    that replaying the real files again continues the counters instead of resetting them,
+    and the lines of one replay differ from the last one's as a real next scrape's do."""
+    if cycle == 0:
+        return body
+    out = []
+    for line in body.split(b"\n"):
+        head, value = _counter_sample(line)
+        if head is not None and steps.get(head):
+            raised = value + cycle * steps[head]
+            written = line.rpartition(b" ")[2]  # as the server wrote it: `12.0` or `12`
+            plain = raised.is_integer() and written.isdigit()
+            line = head + b" " + (b"%d" % raised if plain else repr(raised).encode())
+        out.append(line)
+    return b"\n".join(out)
+
+
 def make_scrapes(out: Path, count: int, seed: int = 7) -> Path:
     """Write OUT/metrics/<ts>.prom x count from the fixture's real scrapes, 1 s apart."""
     rng = random.Random(seed)
     sources = sorted((FIXTURE / "metrics").glob("*.prom"))
     bodies = [p.read_bytes() for p in sources]
+    steps = _counter_steps(bodies)
     folder = out / "metrics"
     folder.mkdir(parents=True, exist_ok=True)
     start = float(sources[0].name.rsplit(".", 1)[0])
     for i in range(count):
-        body = _vary_scrape(bodies[i % len(bodies)], rng)
+        cycle, k = divmod(i, len(bodies))
+        body = _vary_scrape(_continue_counters(bodies[k], steps, cycle), rng)
         (folder / f"{start + i:.3f}.prom").write_bytes(body)
     return folder
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_incident import make_logs, make_scrapes
+from make_incident import SCRAPES_FORM, make_logs, make_scrapes
 
 OUT = Path(__file__).resolve().parent / "out"
 SCRAPE_RE = re.compile(r"^vllm:kv_cache_usage_perc\{[^}]*\} (\S+)")
@@ -179,7 +179,7 @@ def bench_logs(gb: float, repeat: int) -> dict[str, object]:
 
 
 def bench_scrapes(count: int, sample: int, repeat: int) -> dict[str, object]:
-    folder = OUT / f"scrapes-{count}"
+    folder = OUT / f"scrapes-{count}-form{SCRAPES_FORM}"
     if not (folder / "metrics").is_dir():
         print(f"building {count} scrapes in {folder} ...", file=sys.stderr)
         make_scrapes(folder, count)
