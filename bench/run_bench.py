@@ -23,18 +23,18 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_incident import SCRAPES_FORM, make_logs, make_scrapes
 
+T = TypeVar("T")
 OUT = Path(__file__).resolve().parent / "out"
 SCRAPE_RE = re.compile(r"^vllm:kv_cache_usage_perc\{[^}]*\} (\S+)")
 STATS_RE = re.compile(r"Running: (\d+) reqs, Waiting: (\d+) reqs, \w+ KV cache usage: ([\d.]+)%")
@@ -90,14 +90,19 @@ def kvdiag_runs(incident: Path, repeat: int) -> tuple[Run, dict[str, object]]:
     whether a target was met by chance.
     """
     runs = sorted((kvdiag_run(incident) for _ in range(repeat)), key=lambda r: r.wall_s)
-    median = runs[len(runs) // 2]
+    median = upper_median(runs)
     peak = max(r.peak_rss_mib for r in runs)
     spread = {"runs": repeat, "kvdiag_s_all": [round(r.wall_s, 2) for r in runs]}
     return Run(median.wall_s, peak, median.timings), spread
 
 
+def upper_median(ordered: list[T]) -> T:
+    """The middle item of a sorted list; of an even count, the upper one (a run that was)."""
+    return ordered[len(ordered) // 2]
+
+
 def median_of(repeat: int, measure: Callable[[], float]) -> float:
-    return statistics.median(measure() for _ in range(repeat))
+    return upper_median(sorted(measure() for _ in range(repeat)))
 
 
 def warm(paths: list[Path]) -> None:
@@ -188,8 +193,8 @@ def bench_scrapes(count: int, sample: int, repeat: int) -> dict[str, object]:
     warm(files)
     run, spread = kvdiag_runs(folder, repeat)
     # The baseline varies as much as kvdiag (982-1,479 s extrapolated in single runs).
-    timed = [prometheus_client_time(files, sample) for _ in range(repeat)]
-    prom, sampled = statistics.median(t for t, _ in timed), timed[0][1]
+    timed = sorted(prometheus_client_time(files, sample) for _ in range(repeat))
+    prom, sampled = upper_median(timed)
     grep = median_of(repeat, lambda: grep_count(files, "vllm:kv_cache_usage_perc"))
     loop = median_of(repeat, lambda: python_re_loop(files, SCRAPE_RE))
     return (

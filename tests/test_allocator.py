@@ -28,7 +28,12 @@ def _probe(env_value: str | None) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="polars uses jemalloc on Linux")
+_LINUX_ONLY = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="polars uses jemalloc on Linux"
+)
+
+
+@_LINUX_ONLY
 def test_importing_kvdiag_sets_the_polars_allocator_options_and_jemalloc_accepts_them() -> None:
     done = _probe(None)
     # polars puts its own defaults first; the later options win.
@@ -37,9 +42,8 @@ def test_importing_kvdiag_sets_the_polars_allocator_options_and_jemalloc_accepts
     assert "jemalloc" not in done.stderr
 
 
+@_LINUX_ONLY
 def test_jemalloc_would_name_a_bad_option_so_the_check_above_can_fail() -> None:
-    if not sys.platform.startswith("linux"):
-        pytest.skip("polars uses jemalloc on Linux")
     assert "Invalid conf pair" in _probe("narenas:1,no_such_option:3").stderr
 
 

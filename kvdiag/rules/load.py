@@ -87,7 +87,7 @@ def _replica_enum(ctx: RuleContext) -> str:
 
 def _narrowest(ctx: RuleContext, *columns: str, unsigned: bool = False) -> str:
     """The 32-bit integer type when every value of the log_stats columns fits, else BIGINT."""
-    low, high = ("0", "4294967295") if unsigned else ("-2147483648", "2147483647")
+    low, high = (0, 2**32 - 1) if unsigned else (-(2**31), 2**31 - 1)
     fits = " AND ".join(
         f"coalesce(min({c}) >= {low} AND max({c}) <= {high}, true)" for c in columns
     )
