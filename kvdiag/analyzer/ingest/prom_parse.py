@@ -147,26 +147,17 @@ def _classify(distinct: pl.DataFrame, aliases: AliasTable) -> pl.DataFrame:
         text.str.contains(CANONICAL_RE).alias("canonical"),
         text.str.contains(aliases.line_prefilter()).alias("known"),
     )
-    # Only lines not written the canonical way need the full grammar.
-    ok = pl.col("canonical") | (~pl.col("comment") & text.str.contains(SAMPLE_RE))
-    kind = (
-        pl.when(pl.col("comment") & text.str.contains(f"{MARKER_RE}|{EOF_RE}"))
-        .then(pl.lit("mark"))
-        .when(pl.col("comment"))
-        .then(pl.lit("comment"))
-        .when(ok & pl.col("known"))
-        .then(pl.lit("known"))
-        .when(ok)
-        .then(pl.lit("sample"))
-        .when(text.str.contains(r"^[ \t]*$"))
-        .then(pl.lit("blank"))
-        .when(text.str.contains(BARE_TIME_RE))
-        .then(pl.lit("bare"))
-        .when(text.str.contains("\ufffd", literal=True))
-        .then(pl.lit("garbled"))
-        .otherwise(pl.lit("bad"))
+    # Nearly every line is a comment or a sample written the canonical way; the costlier
+    # tests run on the lines they can tell apart, not on all (polars evaluates every branch
+    # of a when/then for every row): 10 ms of a 32 MB batch's 70.
+    comment, canonical = pl.col("comment"), pl.col("canonical")
+    flags = pl.concat(
+        [
+            flags.filter(comment).with_columns(_comment_kind().alias("kind")),
+            flags.filter(~comment & canonical).with_columns(_sample_kind().alias("kind")),
+            flags.filter(~comment & ~canonical).with_columns(_other_kind().alias("kind")),
+        ]
     )
-    flags = flags.with_columns(kind.cast(KIND).alias("kind"))
     known = flags.filter(pl.col("kind") == "known")
     split = pl.concat(
         [
@@ -175,6 +166,32 @@ def _classify(distinct: pl.DataFrame, aliases: AliasTable) -> pl.DataFrame:
         ]
     )
     return flags.drop("comment", "canonical", "known").join(split, on="text", how="left")
+
+
+def _comment_kind() -> pl.Expr:
+    marked = pl.col("text").str.contains(f"{MARKER_RE}|{EOF_RE}")
+    return pl.when(marked).then(pl.lit("mark", KIND)).otherwise(pl.lit("comment", KIND))
+
+
+def _sample_kind() -> pl.Expr:
+    """A valid sample line: of a known metric or another."""
+    return pl.when(pl.col("known")).then(pl.lit("known", KIND)).otherwise(pl.lit("sample", KIND))
+
+
+def _other_kind() -> pl.Expr:
+    """A line neither a comment nor a canonical sample: valid by the full grammar, or not."""
+    text = pl.col("text")
+    return (
+        pl.when(text.str.contains(SAMPLE_RE))
+        .then(_sample_kind())
+        .when(text.str.contains(r"^[ \t]*$"))
+        .then(pl.lit("blank", KIND))
+        .when(text.str.contains(BARE_TIME_RE))
+        .then(pl.lit("bare", KIND))
+        .when(text.str.contains("\ufffd", literal=True))
+        .then(pl.lit("garbled", KIND))
+        .otherwise(pl.lit("bad", KIND))
+    )
 
 
 def _boundaries(marks: pl.DataFrame) -> pl.DataFrame:
