@@ -136,3 +136,19 @@ def test_a_failed_insert_is_raised_by_the_flush_after_it_and_the_store_goes_on()
         assert paths.to_list() == ["f0.log", "f1.log"]
     finally:
         store.finish()
+
+
+def test_has_rows_tells_empty_tables_and_views_from_filled_ones_and_rejects_unknown_names() -> None:
+    store = Store()
+    try:
+        empty = store.reader
+        assert not empty.has_rows("input_problems")
+        assert not empty.has_rows("metric_samples")  # a view: its series and points are empty
+        store.append("input_problems", _problems(0, 1))
+        filled = store.reader  # a new reader: what the last one read stays as it was
+        assert filled.has_rows("input_problems")
+        assert not filled.has_rows("metric_samples")
+        with pytest.raises(KeyError):
+            filled.has_rows("input_problems; DROP TABLE scrapes")
+    finally:
+        store.finish()

@@ -38,10 +38,10 @@ def selected_rules(
 
 def skip_reason(rule: type[Rule], reader: StoreReader) -> str | None:
     """Why a rule cannot run on this store, or None when it can."""
-    empty = [t for t in rule.requires if reader.count(t) == 0]
+    empty = [t for t in rule.requires if not reader.has_rows(t)]
     if empty:
         return f"no rows in {', '.join(empty)}"
-    if rule.requires_any and all(reader.count(t) == 0 for t in rule.requires_any):
+    if rule.requires_any and not any(reader.has_rows(t) for t in rule.requires_any):
         return f"no rows in any of {', '.join(rule.requires_any)}"
     return None
 

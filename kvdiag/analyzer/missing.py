@@ -65,9 +65,9 @@ def missing_evidence(reader: StoreReader) -> tuple[MissingEvidence, ...]:
     )
     # Tables that arrive through other inputs: a config.json embedded in a launch record,
     # GPU snapshots from dcgm-exporter series inside /metrics scrapes.
-    if reader.count("model_config"):
+    if reader.has_rows("model_config"):
         kinds.add("model_config")
-    if reader.count("gpu_snapshots"):
+    if reader.has_rows("gpu_snapshots"):
         kinds.add("dcgm")
     cpu = on_cpu(reader)
     sglang = "sglang_log" in kinds and "vllm_log" not in kinds
@@ -84,7 +84,7 @@ def missing_evidence(reader: StoreReader) -> tuple[MissingEvidence, ...]:
 def _pool_stated(reader: StoreReader) -> bool:
     """A pool size is somewhere: a log pool line, vLLM's cache config, SGLang's pool gauge."""
     return bool(
-        reader.count("log_kv_pool")
+        reader.has_rows("log_kv_pool")
         or reader.scalar(
             "SELECT count(*) FROM config WHERE key IN ('num_gpu_blocks', 'kv_cache_size_tokens')"
         )

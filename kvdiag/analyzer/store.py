@@ -180,6 +180,21 @@ class StoreReader:
         table(table_name)  # reject unknown names before they reach SQL
         return int(self.scalar(f'SELECT count(*) FROM "{table_name}"') or 0)
 
+    def has_rows(self, table_name: str) -> bool:
+        """Whether a declared table holds any row.
+
+        Rules ask this before they run, each of the tables it needs: counting metric_samples
+        (a view joining its series to 29 million points for a day of scrapes) took 0.5 s of
+        the rules' 2 s; the first row answers, and the answer is read once.
+        """
+        table(table_name)
+        return bool(
+            self.memo(
+                ("has_rows", table_name),
+                lambda: self.scalar(f'SELECT EXISTS (SELECT 1 FROM "{table_name}")'),
+            )
+        )
+
 
 class Store:
     """The incident database. Create, append frames, hand out a reader, finish or discard."""
