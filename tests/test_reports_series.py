@@ -131,6 +131,83 @@ def test_p99_matches_a_brute_force_histogram_quantile(name: str, family: str) ->
     assert checked >= 10
 
 
+# Two replicas of two engines each, one engine restarting: cumulative bucket counts (le 0.1,
+# 0.5, 1, +Inf) per replica, engine and scrape, scrapes 10 s apart (a 60 s window).
+_BOUNDS = ("0.1", "0.5", "1", "+Inf")
+_STEP_S, _SCRAPES, _RESTART_AT = 10, 20, 12
+
+
+def _engine_counts(replica: str, engine: str, i: int) -> list[int]:
+    """Cumulative counts per bound at scrape i; replica a's engine 1 restarts at scrape 12.
+
+    Each engine adds its own mix each scrape (engine 0 of a fast, engine 1 of a slow), so
+    a replica's quantile is neither engine's: only their sum gives it.
+    """
+    mixes = {
+        ("a", "0"): lambda j: [4 + j % 3, 1, 0, 0],
+        ("a", "1"): lambda j: [0, 1 + j % 2, 2, 0],
+        ("b", "0"): lambda j: [1, 3, j % 4, 0],
+        ("b", "1"): lambda j: [2, 0, 1 + j % 2, 0],
+    }
+    start = _RESTART_AT if (replica, engine) == ("a", "1") and i >= _RESTART_AT else 0
+    totals = [0] * len(_BOUNDS)
+    for j in range(start + 1, i + 1):
+        totals = [t + n for t, n in zip(totals, mixes[replica, engine](j), strict=True)]
+    return list(itertools.accumulate(totals))
+
+
+def _write_engine_scrapes(folder: Path) -> list[float]:
+    family = "vllm:request_queue_time_seconds"
+    times = [1_780_000_000.0 + _STEP_S * i for i in range(_SCRAPES)]
+    (folder / "metrics").mkdir()
+    for i, t in enumerate(times):
+        lines = [f"# TYPE {family} histogram"]
+        for replica, engine in itertools.product("ab", "01"):
+            labels = f'instance="{replica}",engine="{engine}",model_name="m"'
+            for le, count in zip(_BOUNDS, _engine_counts(replica, engine, i), strict=True):
+                lines.append(f'{family}_bucket{{{labels},le="{le}"}} {count}')
+        (folder / "metrics" / f"{t:.0f}.prom").write_text("\n".join(lines) + "\n")
+    return times
+
+
+def _brute_engines_p99(replica: str, i: int) -> float | None:
+    """The window's increases, engines added up, then histogram_quantile (as Prometheus)."""
+    window = max(MIN_QUANTILE_WINDOW_S, 4 * _STEP_S)
+    counts = [0.0] * len(_BOUNDS)
+    for engine in "01":
+        for j in range(1, i + 1):
+            if _STEP_S * (i - j) > window:
+                continue
+            now, then = _engine_counts(replica, engine, j), _engine_counts(replica, engine, j - 1)
+            for k in range(len(_BOUNDS)):
+                counts[k] += now[k] - then[k] if now[k] >= then[k] else now[k]
+    total, lower, below = counts[-1], 0.0, 0.0
+    if total <= 0:
+        return None
+    for le, count in zip(_BOUNDS, counts, strict=True):
+        upper = float(le)
+        if count >= QUANTILE * total:
+            if upper == float("inf"):
+                return lower
+            return lower + (upper - lower) * (QUANTILE * total - below) / (count - below)
+        lower, below = upper, count
+    return None
+
+
+def test_p99_adds_up_each_replicas_engines_and_survives_a_restart(tmp_path: Path) -> None:
+    times = _write_engine_scrapes(tmp_path)
+    d = analyze(AnalyzeOptions(incident=tmp_path)).diagnosis
+    charted = {s.replica: dict(s.points) for s in d.series if s.name == "request_queue_time_p99"}
+    assert set(charted) == {"a", "b"}
+    for replica, i in itertools.product("ab", range(_SCRAPES)):
+        expected = _brute_engines_p99(replica, i)
+        if expected is None:
+            assert _iso(times[i]) not in charted[replica]
+        else:
+            assert charted[replica][_iso(times[i])] == pytest.approx(expected, rel=1e-5)
+    assert len(charted["a"]) == len(charted["b"]) == _SCRAPES - 1  # the first has no increase
+
+
 def test_healthy_run_has_no_window() -> None:
     d = fixture_diagnosis("vllm-a-healthy")
     assert d.window is None

@@ -5,8 +5,9 @@ metric_aliases.toml), else from the engine's periodic stats lines. Series stay p
 and are downsampled to at most MAX_POINTS points so a day of 1-s scrapes still makes a
 small report.
 
-The counter and histogram arithmetic here is deliberately small SQL; it is to move onto the
-shared helpers in timeseries.py once those exist.
+The counter and histogram arithmetic here is SQL, not timeseries.py's polars helpers: it
+runs where the samples are, within DuckDB's memory limit, and only a chart's points leave
+it. For a day of 1-s scrapes the helpers took 5.8 s a quantile series, this query 1.3-1.8 s.
 """
 
 from __future__ import annotations
@@ -85,33 +86,45 @@ _METRIC_QUERIES = {
 
 # histogram_quantile over a trailing window, as Prometheus computes it: bucket increases
 # summed over the window, then linear interpolation inside the bucket holding the rank.
+# Each (replica, engine, le) and (replica, le) is numbered first, from the few series rows,
+# so the windows over every sample sort integers, not the strings of each row: a day of
+# 1-s scrapes (1.9 million bucket samples) 2.4-2.9 -> 1.3-1.8 s a histogram, same rows.
+# The replicas charted (NULL: all) are chosen there too: a filter on the result would not
+# reach through the numbering, and a fleet's other replicas would be computed for nothing.
 _QUANTILE = f"""
-WITH b AS (
-  SELECT replica, le, ts, sum(inc) AS inc FROM (
-    SELECT s.*, lag(value) OVER (PARTITION BY replica, engine, le ORDER BY ts) AS prev
-    FROM (SELECT replica, coalesce(engine, '') AS engine, le, ts, max(value) AS value
-          FROM metric_samples
-          WHERE metric = ? AND suffix = 'bucket' AND ts IS NOT NULL AND le IS NOT NULL
-          GROUP BY ALL) s)
-  CROSS JOIN LATERAL (SELECT CASE WHEN prev IS NULL THEN 0 WHEN value >= prev
-                                  THEN value - prev ELSE value END AS inc)
-  GROUP BY ALL),
+WITH k AS (
+  SELECT series_id, replica, le,
+         dense_rank() OVER (ORDER BY replica, coalesce(engine, ''), le) AS ele,
+         dense_rank() OVER (ORDER BY replica, le) AS rle,
+         dense_rank() OVER (ORDER BY replica) AS r
+  FROM metric_series WHERE metric = ? AND suffix = 'bucket' AND le IS NOT NULL
+    AND coalesce(list_contains(CAST(? AS VARCHAR[]), replica), true)),
+s AS (
+  SELECT k.ele, any_value(k.rle) AS rle, p.ts, max(p.value) AS value
+  FROM metric_points p JOIN k USING (series_id) WHERE p.ts IS NOT NULL GROUP BY k.ele, p.ts),
+b AS (
+  SELECT rle, ts, sum(CASE WHEN prev IS NULL THEN 0 WHEN value >= prev THEN value - prev
+                          ELSE value END) AS inc
+  FROM (SELECT *, lag(value) OVER (PARTITION BY ele ORDER BY ts) AS prev FROM s)
+  GROUP BY rle, ts),
 w AS (
-  SELECT replica, le, ts, sum(inc) OVER (PARTITION BY replica, le ORDER BY ts
-         RANGE BETWEEN to_microseconds(CAST(? AS BIGINT)) PRECEDING
-         AND CURRENT ROW) AS c
+  SELECT rle, ts, sum(inc) OVER (PARTITION BY rle ORDER BY ts
+         RANGE BETWEEN to_microseconds(CAST(? AS BIGINT)) PRECEDING AND CURRENT ROW) AS c
   FROM b),
 r AS (
-  SELECT *, lag(le) OVER g AS lo, lag(c) OVER g AS c_lo, max(c) OVER (PARTITION BY replica, ts)
-         AS total
-  FROM w WINDOW g AS (PARTITION BY replica, ts ORDER BY le))
-SELECT replica, ts,
-       arg_min(CASE WHEN isinf(le) THEN lo
-               ELSE coalesce(lo, 0) + (le - coalesce(lo, 0))
-                    * ({QUANTILE} * total - coalesce(c_lo, 0)) / (c - coalesce(c_lo, 0)) END,
-               le) AS value
-FROM r WHERE total > 0 AND c >= {QUANTILE} * total
-GROUP BY replica, ts
+  SELECT w.ts, w.c, l.r, l.le, lag(l.le) OVER g AS lo, lag(w.c) OVER g AS c_lo,
+         max(w.c) OVER (PARTITION BY l.r, w.ts) AS total
+  FROM w JOIN (SELECT DISTINCT rle, r, le FROM k) l USING (rle)
+  WINDOW g AS (PARTITION BY l.r, w.ts ORDER BY l.le)),
+q AS (
+  SELECT r, ts,
+         arg_min(CASE WHEN isinf(le) THEN lo
+                 ELSE coalesce(lo, 0) + (le - coalesce(lo, 0))
+                      * ({QUANTILE} * total - coalesce(c_lo, 0)) / (c - coalesce(c_lo, 0)) END,
+                 le) AS value
+  FROM r WHERE total > 0 AND c >= {QUANTILE} * total
+  GROUP BY r, ts)
+SELECT n.replica, q.ts, q.value FROM q JOIN (SELECT DISTINCT r, replica FROM k) n USING (r)
 """
 
 _STATS = """
@@ -120,12 +133,15 @@ WHERE ts IS NOT NULL AND {column} IS NOT NULL GROUP BY ALL
 """
 
 
-def _metric_query(reader: StoreReader, spec: _Spec) -> tuple[str, list[object], str]:
-    """The full-resolution query of the series from /metrics, and the names it was read under."""
+def _metric_query(
+    reader: StoreReader, spec: _Spec, only: list[str] | None
+) -> tuple[str, list[object], str]:
+    """The full-resolution query of the series from /metrics, and the names it was read under
+    (a quantile's only of the replicas in `only`, or all)."""
     assert spec.metric is not None
     if spec.kind == "p99":
         window_us = int(_quantile_window_s(reader, spec.metric) * 1e6)
-        query, suffix, params = _QUANTILE, "bucket", [spec.metric, window_us]
+        query, suffix, params = _QUANTILE, "bucket", [spec.metric, only, window_us]
     else:
         query = _METRIC_QUERIES[spec.kind]
         suffix = "total" if spec.kind in ("cumulative", "rate") else ""
@@ -180,7 +196,7 @@ def _read(
     which a chart keeps MAX_POINTS per replica.
     """
     if spec.metric is not None:
-        query, params, names = _metric_query(reader, spec)
+        query, params, names = _metric_query(reader, spec, only)
         small = _downsampled(reader, spec, query, params, only)
         if small.height or spec.stats_column is None:
             return query, params, small, f"metrics: {names}"
