@@ -180,16 +180,27 @@ def engine_versions(reader: StoreReader) -> Found:
     return problems, doubts
 
 
+# Each counter sample with the one before it in its series (replica, name, labels), kept
+# where the value fell. The series are numbered from metric_series first, so the window over
+# every point sorts an integer, not each point's strings: 1.0-1.2 -> 0.4 s for a day of
+# 1-s scrapes (29 million points), the same rows.
+_COUNTER_DROPS = """
+WITH k AS (SELECT series_id, dense_rank() OVER (ORDER BY replica, name, series) AS g
+           FROM metric_series WHERE suffix = 'total'),
+x AS (SELECT p.series_id, p.source_path, p.source_line, p.ts, p.value,
+             lag(p.value) OVER w AS prev, lag(p.ts) OVER w AS prev_ts
+      FROM metric_points p JOIN k USING (series_id) WHERE p.ts IS NOT NULL
+      WINDOW w AS (PARTITION BY k.g ORDER BY p.ts, p.source_path, p.source_line))
+SELECT s.replica, s.metric, x.source_path, x.source_line, x.ts, x.value, x.prev, x.prev_ts
+FROM x JOIN metric_series s USING (series_id) WHERE x.value < x.prev
+ORDER BY s.replica, x.ts, x.source_path, x.source_line
+"""
+
+
 def counter_resets(reader: StoreReader) -> Found:
     """Counters that drop between scrapes: a problem per restart (replica and scrape), the
     first MAX_LISTED of each replica, the last of them counting the rest."""
-    rows = reader.sql(
-        "SELECT * FROM (SELECT replica, metric, source_path, source_line, ts, value, "
-        "lag(value) OVER w AS prev, lag(ts) OVER w AS prev_ts FROM metric_samples "
-        "WHERE suffix = 'total' AND ts IS NOT NULL WINDOW w AS (PARTITION BY replica, "
-        "name, series ORDER BY ts, source_path, source_line)) WHERE value < prev "
-        "ORDER BY replica, ts, source_path, source_line"
-    )
+    rows = reader.sql(_COUNTER_DROPS)
     # A fleet replayed for a day restarts thousands of times: one query, then a few rows.
     restarts = (
         rows.group_by("replica", "ts", maintain_order=True)
