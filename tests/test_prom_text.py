@@ -180,6 +180,26 @@ def test_crlf_gzip_and_undecodable_bytes(tmp_path: Path) -> None:
     assert got.table("metric_samples")["raw"].to_list() == ['vllm:num_requests_running{a="x"} 3']
 
 
+def test_line_numbers_hold_in_a_series_mixing_crlf_bom_and_plain_files(tmp_path: Path) -> None:
+    """A batch whose lines do not hold its bytes exactly (a `\r\n` file, a byte-order mark)
+    locates its lines by counting each file's newlines: each sample keeps its own line."""
+    plain = HEAD + "vllm:num_requests_running 1\n"
+    files = {
+        "1780000000.prom": plain.encode(),
+        "1780000001.prom": (HEAD + "\nvllm:num_requests_running 2\n")
+        .replace("\n", "\r\n")
+        .encode(),
+        "1780000002.prom": b"\xef\xbb\xbf" + (plain.replace(" 1", " 3") + "# end\n").encode(),
+        "1780000003.prom": (plain.replace(" 1", " 4")).encode(),
+    }
+    for name, data in files.items():
+        write(tmp_path, f"metrics/{name}", data)
+    rows = ingest(tmp_path).table("metric_samples").sort("value")
+    assert rows["value"].to_list() == [1, 2, 3, 4]
+    assert rows["source_path"].to_list() == [f"metrics/{n}" for n in files]
+    assert rows["source_line"].to_list() == [3, 4, 3, 3]
+
+
 def test_deployment_prefixes_resolve_to_the_engine_names(tmp_path: Path) -> None:
     text = (
         "# TYPE ray_vllm:kv_cache_usage_perc gauge\n"
