@@ -149,7 +149,7 @@ def _classify(distinct: pl.DataFrame, aliases: AliasTable) -> pl.DataFrame:
     )
     # Nearly every line is a comment or a sample written the canonical way; the costlier
     # tests run on the lines they can tell apart, not on all (polars evaluates every branch
-    # of a when/then for every row): 10 ms of a 32 MB batch's 70.
+    # of a when/then for every row): a 32 MB batch's classification 54 -> 27-36 ms.
     comment, canonical = pl.col("comment"), pl.col("canonical")
     flags = pl.concat(
         [
@@ -169,6 +169,7 @@ def _classify(distinct: pl.DataFrame, aliases: AliasTable) -> pl.DataFrame:
 
 
 def _comment_kind() -> pl.Expr:
+    """A comment line: a scrape marker (or `# EOF`), or any other comment."""
     marked = pl.col("text").str.contains(f"{MARKER_RE}|{EOF_RE}")
     return pl.when(marked).then(pl.lit("mark", KIND)).otherwise(pl.lit("comment", KIND))
 
