@@ -101,6 +101,18 @@ def _outside(path: Path, base: Path) -> bool:
     return False
 
 
+def _relative(path: str, prefix: str, base: Path) -> str:
+    """`path` relative to `base` (`prefix`: base and a separator), parts joined by `/`.
+
+    Cut from the string when it starts with the prefix, as every path the walk makes does:
+    a Path, relative_to and as_posix for each of 86,400 scrapes took 0.4 s.
+    """
+    if path.startswith(prefix):
+        rel = path[len(prefix) :]
+        return rel if os.sep == "/" else rel.replace(os.sep, "/")
+    return Path(path).relative_to(base).as_posix()
+
+
 def _files(
     root: Path, scratch: Path | None, set_aside: list[InputRecord], depth: int = 0
 ) -> Iterator[tuple[_Entry, str, bytes]]:
@@ -110,10 +122,10 @@ def _files(
     more from most of its members (see _Series), and heads are not all held at once.
     """
     base = root.parent if root.is_file() else root
+    prefix = os.path.join(str(base), "")
     for entry in _walk(root):
-        path = Path(entry.path)
-        rel = path.relative_to(base).as_posix()
-        if entry.is_link and _outside(path, base):
+        rel = _relative(entry.path, prefix, base)
+        if entry.is_link and _outside(Path(entry.path), base):
             set_aside.append(
                 InputRecord(
                     rel,
@@ -129,7 +141,7 @@ def _files(
             continue
         peek = _peek(entry.path) if entry.size else b""
         if _is_archive(peek) and scratch is not None and depth < 2:
-            unpacked = archive.unpack(path, scratch)
+            unpacked = archive.unpack(Path(entry.path), scratch)
             set_aside += unpacked.refused
             inner = _files(unpacked.root, scratch, set_aside, depth + 1)
             yield from ((e, f"{rel}/{r}", h) for e, r, h in inner)
