@@ -96,6 +96,11 @@ def _brute_quantile(t: float, family: str) -> float | None:
         now = _raw(now_text, f"{family}_bucket", le) or 0
         then = _raw(scrapes[max(before)], f"{family}_bucket", le) or 0 if before else 0
         counts.append((float(le), now - then))
+    return _interpolated_p99(counts)
+
+
+def _interpolated_p99(counts: list[tuple[float, float]]) -> float | None:
+    """histogram_quantile of QUANTILE over (upper bound, cumulative count), bounds ascending."""
     total = counts[-1][1]
     if total <= 0:
         return None
@@ -181,17 +186,7 @@ def _brute_engines_p99(replica: str, i: int) -> float | None:
             now, then = _engine_counts(replica, engine, j), _engine_counts(replica, engine, j - 1)
             for k in range(len(_BOUNDS)):
                 counts[k] += now[k] - then[k] if now[k] >= then[k] else now[k]
-    total, lower, below = counts[-1], 0.0, 0.0
-    if total <= 0:
-        return None
-    for le, count in zip(_BOUNDS, counts, strict=True):
-        upper = float(le)
-        if count >= QUANTILE * total:
-            if upper == float("inf"):
-                return lower
-            return lower + (upper - lower) * (QUANTILE * total - below) / (count - below)
-        lower, below = upper, count
-    return None
+    return _interpolated_p99([(float(le), c) for le, c in zip(_BOUNDS, counts, strict=True)])
 
 
 def test_p99_adds_up_each_replicas_engines_and_survives_a_restart(tmp_path: Path) -> None:
