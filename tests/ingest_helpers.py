@@ -12,7 +12,6 @@ from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.lines import read_head
 from kvdiag.analyzer.model import InputProblem
-from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
 
 
 @dataclass
@@ -47,8 +46,7 @@ def ingest(path: Path, kind: str | None = None, replica: str = "default") -> Ing
     ):
         if isinstance(emit, TableBatch):
             prev = out.tables.get(emit.table)
-            # The series hints (a number per series of one batch, its head) are not stored.
-            frame = emit.frame.drop(SERIES_HINT, SERIES_HEAD, strict=False)
+            frame = emit.rows()
             out.tables[emit.table] = frame if prev is None else pl.concat([prev, frame])
         elif isinstance(emit, InputProblem):
             out.problems.append(emit)

@@ -15,7 +15,6 @@ from kvdiag.analyzer.discover import discover
 from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import Account, IngestContext, TableBatch
 from kvdiag.analyzer.model import InputProblem
-from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
 
 
 @dataclass
@@ -50,8 +49,7 @@ def ingest(root: Path) -> Ingested:
         out.kinds[unit.rel] = unit.kind
         for emit in INGESTERS_BY_KIND[unit.kind]().ingest(unit, ctx):
             if isinstance(emit, TableBatch):
-                # The series hints (a number per series of one batch, its head) are not stored.
-                parts[emit.table].append(emit.frame.drop(SERIES_HINT, SERIES_HEAD, strict=False))
+                parts[emit.table].append(emit.rows())
             elif isinstance(emit, InputProblem):
                 out.problems.append(emit)
             else:

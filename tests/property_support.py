@@ -177,7 +177,9 @@ def check_ingest(kind: str, name: str, data: bytes) -> tuple[Account, list[Input
     accounts, problems = [], []
     for emit in INGESTERS_BY_KIND[kind]().ingest(unit, IngestContext(SCRATCH, None, None, None)):
         if isinstance(emit, TableBatch):
-            _store().append(emit.table, emit.frame)  # as the pipeline does, batch by batch
+            _store().append(
+                emit.table, emit.frame, emit.series
+            )  # as the pipeline does, batch by batch
         elif isinstance(emit, InputProblem):
             problems.append(emit)
         else:

@@ -33,7 +33,7 @@ def store() -> Iterator[Store]:
 
 
 @pytest.fixture(scope="module")
-def real_batches(tmp_path_factory: pytest.TempPathFactory) -> list[pl.DataFrame]:
+def real_batches(tmp_path_factory: pytest.TempPathFactory) -> list[TableBatch]:
     """metric_samples batches of 40 real scrapes as the exposition ingester emits them."""
     folder = tmp_path_factory.mktemp("scrapes") / "metrics"
     folder.mkdir()
@@ -43,32 +43,52 @@ def real_batches(tmp_path_factory: pytest.TempPathFactory) -> list[pl.DataFrame]
     ctx = IngestContext(found.root, None, found.anchor, found.anchor_source)
     (unit,) = found.units
     return [
-        e.frame
+        e
         for e in PromTextIngester().ingest(unit, ctx)
         if isinstance(e, TableBatch) and e.table == "metric_samples"
     ]
+
+
+def _flat(batch: TableBatch) -> pl.DataFrame:
+    """A batch's rows with their series' columns on every row (and the hints)."""
+    assert batch.series is not None
+    assert batch.series[SERIES_HINT].is_unique().all()
+    return batch.frame.join(batch.series, on=SERIES_HINT, how="left", maintain_order="left")
 
 
 def _stored(store: Store) -> pl.DataFrame:
     return store.reader.sql("SELECT * EXCLUDE (sample_row) FROM metric_samples ORDER BY sample_row")
 
 
-@pytest.mark.parametrize("hinted", [True, False], ids=["hint", "no-hint"])
+@pytest.mark.parametrize("form", ["apart", "hint", "no-hint"])
 def test_real_samples_come_back_row_for_row(
-    store: Store, real_batches: list[pl.DataFrame], hinted: bool
+    store: Store, real_batches: list[TableBatch], form: str
 ) -> None:
-    assert all({SERIES_HINT, SERIES_HEAD} <= set(b.columns) for b in real_batches)
     batches = real_batches * 2  # every series seen again in a later batch
     for batch in batches:
-        store.append("metric_samples", batch if hinted else batch.drop(HINTS))
-    expected = pl.concat(batches).drop(HINTS)
+        if form == "apart":  # as the ingester emits them: the series once per head
+            assert set(batch.frame.columns) & set(SERIES_KEYS) == set()
+            store.append("metric_samples", batch.frame, batch.series)
+        else:  # the series' columns on every row, with or without the hint
+            flat = _flat(batch)
+            store.append("metric_samples", flat if form == "hint" else flat.drop(HINTS))
+    expected = pl.concat([_flat(b) for b in batches]).drop(HINTS)
     stored = _stored(store)
     assert stored.equals(expected.select(stored.columns))
     assert store.reader.count("metric_series") == expected.select(SERIES_KEYS).unique().height
     assert store.reader.count("metric_points") == expected.height
     # With the head known, a point keeps only what follows it: ` 0.5`, not the whole line.
     tails = store.reader.scalar("SELECT count(*) FROM metric_points WHERE tail")
-    assert tails == (expected.height if hinted else 0)
+    assert tails == (0 if form == "no-hint" else expected.height)
+
+
+def test_points_whose_hint_names_no_series_are_refused(
+    store: Store, real_batches: list[TableBatch]
+) -> None:
+    batch = real_batches[0]
+    assert batch.series is not None
+    with pytest.raises(ValueError, match="names no row of the series"):
+        store.append("metric_samples", batch.frame, batch.series.slice(1))
 
 
 def test_series_keep_their_id_across_batches_and_nulls_and_nan_name_one_series(
@@ -111,10 +131,10 @@ def test_the_stored_parts_are_written_through_the_view_only(store: Store) -> Non
 
 
 def test_a_cited_sample_reads_its_text_back_by_sample_row(
-    store: Store, real_batches: list[pl.DataFrame]
+    store: Store, real_batches: list[TableBatch]
 ) -> None:
     for batch in real_batches:
-        store.append("metric_samples", batch)
+        store.append("metric_samples", batch.frame, batch.series)
     row = store.reader.sql(
         "SELECT sample_row, raw FROM metric_samples WHERE metric = 'kv_cache_usage' "
         "ORDER BY ts DESC LIMIT 1"
@@ -125,7 +145,7 @@ def test_a_cited_sample_reads_its_text_back_by_sample_row(
 
 
 def test_a_batch_whose_points_failed_to_store_leaves_no_stray_series(
-    store: Store, real_batches: list[pl.DataFrame], monkeypatch: pytest.MonkeyPatch
+    store: Store, real_batches: list[TableBatch], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     batch = real_batches[0]
     insert = Store._insert
@@ -137,11 +157,11 @@ def test_a_batch_whose_points_failed_to_store_leaves_no_stray_series(
 
     monkeypatch.setattr(Store, "_insert", failing)
     with pytest.raises(OSError):
-        store.append("metric_samples", batch)
+        store.append("metric_samples", batch.frame, batch.series)
     monkeypatch.setattr(Store, "_insert", insert)
-    store.append("metric_samples", batch)
+    store.append("metric_samples", batch.frame, batch.series)
     stored = _stored(store)
-    assert stored.equals(batch.drop(HINTS).select(stored.columns))
+    assert stored.equals(_flat(batch).drop(HINTS).select(stored.columns))
     ids = store.reader.sql("SELECT series_id FROM metric_series")["series_id"]
     assert ids.n_unique() == ids.len()
 

@@ -84,7 +84,7 @@ def _ingest_unit(
     try:
         for emit in emits:
             if isinstance(emit, TableBatch):
-                store.append(emit.table, emit.frame)
+                store.append(emit.table, emit.frame, emit.series)
             elif isinstance(emit, InputProblem):
                 problems.append(emit)
             else:

@@ -224,18 +224,27 @@ class Store:
         self.flush()
         return StoreReader(self._con, self._memory)
 
-    def append(self, table_name: str, frame: pl.DataFrame) -> None:
-        """Append a frame; its columns must be declared, missing ones become NULL."""
+    def append(
+        self, table_name: str, frame: pl.DataFrame, series: pl.DataFrame | None = None
+    ) -> None:
+        """Append a frame; its columns must be declared, missing ones become NULL.
+
+        metric_samples may come as points and `series`: a row per SERIES_HINT of the frame
+        with what names that series (TableBatch.series), instead of those columns per row.
+        """
         if frame.is_empty():
             return
         declared = table(table_name)
-        unknown = [c for c in frame.columns if c not in declared.column_names + _HINTS]
+        given = frame.columns + ([] if series is None else series.columns)
+        unknown = [c for c in given if c not in declared.column_names + _HINTS]
         if unknown:
             raise ValueError(f"{table_name}: undeclared columns {unknown}")
         if declared.part_of is not None:
             raise ValueError(f"{table_name} is written by appending to {declared.part_of}")
+        if series is not None and table_name != SAMPLES:
+            raise ValueError(f"{table_name}: only {SAMPLES} rows come with their series apart")
         if table_name == SAMPLES:
-            split = self._series.split(frame)
+            split = self._series.split(frame, series)
             self._insert(SERIES, split.new_series)
             self._insert(POINTS, split.points)
             self._series.accept(split)

@@ -44,13 +44,25 @@ class SeriesCatalog:
         # its series rows may be, without its points.
         self._next_id = 0
 
-    def split(self, samples: pl.DataFrame) -> SplitSamples:
+    def split(self, samples: pl.DataFrame, series: pl.DataFrame | None = None) -> SplitSamples:
         """`samples` (metric_samples columns, missing ones NULL; SERIES_HINT and SERIES_HEAD
-        optional) as the series first seen here and the points, in order."""
-        samples = _with_hint(_with_series_columns(samples))
-        seen = samples.unique(subset=SERIES_HINT, keep="first", maintain_order=True)
+        optional) as the series first seen here and the points, in order.
+
+        With `series` (a row per SERIES_HINT: the series columns and SERIES_HEAD), `samples`
+        holds the point columns and SERIES_HINT only.
+        """
+        if series is None:
+            samples = _with_hint(_with_series_columns(samples))
+            seen = samples.unique(subset=SERIES_HINT, keep="first", maintain_order=True)
+        else:
+            seen = _with_hint(_with_series_columns(series))
+            samples = _with_hint(samples).join(
+                seen.select(SERIES_HINT, "head"), on=SERIES_HINT, how="left", maintain_order="left"
+            )
         new, ids = self._assign(seen.select(SERIES_HINT, *_KEYS))
         points = _tails(samples).join(ids, on=SERIES_HINT, how="left", maintain_order="left")
+        if points[_ID].null_count():
+            raise ValueError(f"{SAMPLES}: rows whose {SERIES_HINT} names no row of the series")
         declared = table(POINTS).column_names
         return SplitSamples(
             new,

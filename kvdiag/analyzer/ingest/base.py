@@ -20,6 +20,7 @@ from typing import ClassVar, overload
 import polars as pl
 
 from kvdiag.analyzer.model import InputProblem, UnmatchedTemplate
+from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
 
 
 class FileList(Sequence[Path]):
@@ -88,6 +89,16 @@ class TableBatch:
 
     table: str
     frame: pl.DataFrame
+    # metric_samples only, optional: what names each row's series, a row per SERIES_HINT
+    # (the series columns and SERIES_HEAD), so that `frame` need not repeat it per sample.
+    series: pl.DataFrame | None = None
+
+    def rows(self) -> pl.DataFrame:
+        """The rows as their table reads back: each with its series' columns, no hints."""
+        frame = self.frame
+        if self.series is not None:
+            frame = frame.join(self.series, on=SERIES_HINT, how="left", maintain_order="left")
+        return frame.drop(SERIES_HINT, SERIES_HEAD, strict=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,6 @@ from kvdiag.analyzer.ingest.base import (
     IngestContext,
     Ingester,
     InputUnit,
-    TableBatch,
     Tally,
 )
 from kvdiag.analyzer.ingest.lines import ReadStats, iter_line_batches
@@ -91,13 +90,7 @@ class GrafanaCsvIngester(Ingester):
         tally.records = resolved.samples.height
         for name in resolved.unknown_heads.head(5):
             tally.notes.append(f"column {name!r} names no known metric (a legend?): not stored")
-        for name, frame in (
-            ("metric_samples", resolved.samples),
-            ("config", resolved.config),
-            ("gpu_snapshots", resolved.gpus),
-        ):
-            if frame.height:
-                yield TableBatch(name, frame)
+        yield from resolved.batches()
         yield tally.account(rel, templates.top())
 
 

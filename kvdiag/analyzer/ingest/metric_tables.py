@@ -4,18 +4,20 @@ An ingester (exposition text, Prometheus API JSON, Grafana CSV) brings a frame o
 with provenance and a `head` (`name{labels}` as exposition text); `SampleBuilder` resolves
 the heads through the alias table once per distinct head (the exposition parser resolves
 them itself, per distinct line, and calls `shape`) and shapes three tables:
-metric_samples, config (the labels of vllm:cache_config_info) and gpu_snapshots
-(dcgm-exporter's framebuffer gauges).
+metric_samples (a row of numbers and provenance per sample, and what names each sample's
+series once per head: the store keeps them apart, see store_series.py), config (the labels
+of vllm:cache_config_info) and gpu_snapshots (dcgm-exporter's framebuffer gauges).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import polars as pl
 
 from kvdiag.analyzer.ingest.aliases import AliasTable
-from kvdiag.analyzer.ingest.base import template_expr
+from kvdiag.analyzer.ingest.base import TableBatch, template_expr
 from kvdiag.analyzer.ingest.prom_parse import parse_heads
 from kvdiag.analyzer.model import UnmatchedTemplate
 from kvdiag.analyzer.schema import table
@@ -36,10 +38,19 @@ _GPU_LABELS = {"gpu": "gpu", "uuid": "UUID", "host": "Hostname", "host2": "hostn
 class Resolved:
     """The store rows made from one batch of samples."""
 
-    samples: pl.DataFrame
+    samples: pl.DataFrame  # metric_samples' point columns, SERIES_HINT naming the series
+    series: pl.DataFrame  # SERIES_HINT, SERIES_HEAD and the series columns, a row per hint
     config: pl.DataFrame
     gpus: pl.DataFrame
     unknown_heads: pl.Series  # heads that name no known metric (not stored)
+
+    def batches(self) -> Iterator[TableBatch]:
+        """What is to be stored, table by table (metric_samples with its series)."""
+        if self.samples.height:
+            yield TableBatch("metric_samples", self.samples, self.series)
+        for name, frame in (("config", self.config), ("gpu_snapshots", self.gpus)):
+            if frame.height:
+                yield TableBatch(name, frame)
 
 
 @dataclass
@@ -54,28 +65,36 @@ class SampleBuilder:
         """`samples`: source_path, source_line, raw, ts, head, value, and optionally `scrape`
         (an id that tells scrapes apart when their time is unknown)."""
         heads, pairs = parse_heads(samples["head"], self.aliases)
-        joined = samples.join(heads, on="head", how="inner", maintain_order="left")
+        points = samples.join(
+            heads.select("head", "head_id"), on="head", how="inner", maintain_order="left"
+        ).drop("head")
         all_heads = samples["head"].unique(maintain_order=True)
         unknown = all_heads.filter(~all_heads.is_in(heads["head"].implode()))
-        return self.shape(joined, pairs, unknown)
+        return self.shape(points, heads, pairs, unknown)
 
     def shape(
-        self, joined: pl.DataFrame, pairs: pl.DataFrame, unknown_heads: pl.Series | None = None
+        self,
+        points: pl.DataFrame,
+        heads: pl.DataFrame,
+        pairs: pl.DataFrame,
+        unknown_heads: pl.Series | None = None,
     ) -> Resolved:
-        """Store rows from samples whose heads are already resolved (parse_heads' columns)."""
-        joined = joined.with_columns(
+        """Store rows from samples whose heads are already resolved: `points` has head_id
+        (a row of `heads`, parse_heads' first frame), source_path, source_line, raw, ts,
+        value and optionally `scrape`. What names a series is worked out once per head."""
+        heads = heads.with_columns(
             pl.coalesce(pl.col("label_instance"), pl.lit(self.replica)).alias("replica")
         )
         return Resolved(
-            _metric_rows(joined),
-            self._config_rows(joined, pairs),
-            _gpu_rows(joined, self.replica),
+            _point_rows(points),
+            _series_rows(heads),
+            self._config_rows(_of_metrics(points, heads, ["cache_config_info"]), pairs),
+            _gpu_rows(_of_metrics(points, heads, list(_GPU_METRICS)), self.replica),
             unknown_heads if unknown_heads is not None else pl.Series("head", [], pl.String),
         )
 
-    def _config_rows(self, joined: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
+    def _config_rows(self, info: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
         """Every cache_config_info label as a config row, first sighting per value only."""
-        info = joined.filter(pl.col("metric") == "cache_config_info")
         if info.is_empty():
             return pl.DataFrame()
         rows = (
@@ -110,15 +129,34 @@ class SampleBuilder:
         )
 
 
-def _metric_rows(joined: pl.DataFrame) -> pl.DataFrame:
-    engine = pl.col("label_engine")
-    out = joined.select(
-        *_series_hint(joined),
+def _of_metrics(points: pl.DataFrame, heads: pl.DataFrame, metrics: list[str]) -> pl.DataFrame:
+    """The samples of a few metrics with their heads' columns, in the batch's order."""
+    chosen = heads.filter(pl.col("metric").is_in(metrics))
+    if chosen.is_empty():
+        return pl.DataFrame()
+    return points.join(chosen, on="head_id", how="inner", maintain_order="left")
+
+
+def _point_rows(points: pl.DataFrame) -> pl.DataFrame:
+    return points.select(
+        pl.col("head_id").alias(SERIES_HINT),
         "source_path",
         "source_line",
         pl.col("raw").str.slice(0, MAX_RAW),
-        "replica",
         pl.col("ts").cast(pl.Datetime("us")),
+        pl.col("value").cast(pl.Float64),
+    )
+
+
+def _series_rows(heads: pl.DataFrame) -> pl.DataFrame:
+    """The store's series key (see SERIES_HINT) and what it names: within a batch every
+    column naming a row's series comes from its head (`name{labels}`; the replica is
+    `instance` or the builder's), and parse_heads numbers the distinct heads of a batch."""
+    engine = pl.col("label_engine")
+    out = heads.select(
+        pl.col("head_id").alias(SERIES_HINT),
+        pl.col("head").alias(SERIES_HEAD),
+        "replica",
         "metric",
         "name",
         "suffix",
@@ -127,25 +165,14 @@ def _metric_rows(joined: pl.DataFrame) -> pl.DataFrame:
         pl.col("label_le").cast(pl.Float64, strict=False).alias("le"),
         pl.col("label_reason").alias("reason"),
         "labels",
-        pl.col("value").cast(pl.Float64),
         "series",
     )
     assert set(out.columns) <= {*table("metric_samples").column_names, SERIES_HINT, SERIES_HEAD}
     return out
 
 
-def _series_hint(joined: pl.DataFrame) -> list[pl.Expr]:
-    """The store's series key (see SERIES_HINT): within a batch every column naming a row's
-    series comes from its head (`name{labels}`; the replica is `instance` or the builder's),
-    and parse_heads numbers the distinct heads of a batch."""
-    if "head_id" not in joined.columns:
-        return []
-    return [pl.col("head_id").alias(SERIES_HINT), pl.col("head").alias(SERIES_HEAD)]
-
-
-def _gpu_rows(joined: pl.DataFrame, default_replica: str) -> pl.DataFrame:
+def _gpu_rows(dcgm: pl.DataFrame, default_replica: str) -> pl.DataFrame:
     """dcgm-exporter FB gauges of one scrape and GPU become one gpu_snapshots row."""
-    dcgm = joined.filter(pl.col("metric").is_in(list(_GPU_METRICS)))
     if dcgm.is_empty():
         return pl.DataFrame()
     scrape = pl.col("scrape") if "scrape" in dcgm.columns else pl.lit(None, pl.Int64)

@@ -34,7 +34,6 @@ from kvdiag.analyzer.ingest.base import (
     IngestContext,
     Ingester,
     InputUnit,
-    TableBatch,
     Tally,
 )
 from kvdiag.analyzer.ingest.metric_tables import SampleBuilder
@@ -110,13 +109,7 @@ class PromApiIngester(Ingester):
         for chunk in samples.iter_slices(CHUNK_ROWS):
             resolved = builder.build(chunk)
             tally.records += resolved.samples.height
-            for name, frame in (
-                ("metric_samples", resolved.samples),
-                ("config", resolved.config),
-                ("gpu_snapshots", resolved.gpus),
-            ):
-                if frame.height:
-                    yield TableBatch(name, frame)
+            yield from resolved.batches()
         tally.notes.append(
             f"{len(series.heads)} series, {samples.height} samples; "
             f"{tally.records} samples of known metrics stored"

@@ -70,7 +70,8 @@ def without_exposition_lines(text: str) -> str:
 class ParsedLines:
     """One batch of exposition lines, parsed and accounted for."""
 
-    samples: pl.DataFrame  # known metrics: row, text, value, sample_ts, parse_heads' columns
+    samples: pl.DataFrame  # known metrics: row, value, sample_ts, head_id (a row of `heads`)
+    heads: pl.DataFrame  # parse_heads' first frame: what names each sample's series, once
     pairs: pl.DataFrame  # head, key, value: the labels of those samples
     sample_rows: pl.Series  # row of every valid sample line (known metric or not)
     boundaries: pl.DataFrame  # row, ts, text: marker lines, and the line after each # EOF
@@ -92,15 +93,20 @@ def parse_lines(lines: pl.DataFrame, aliases: AliasTable) -> ParsedLines:
     # even at a million distinct lines.
     keyed = lines.with_columns(pl.col("text").hash().alias("_h"))
     distinct = keyed.unique(subset="_h").select("_h", "text")
-    classified, known, pairs = _resolve(_classify(distinct, aliases), aliases)
+    classified, known, heads, pairs = _resolve(_classify(distinct, aliases), aliases)
     kinds = keyed.select("row", "_h").join(
         classified.select("_h", "kind"), on="_h", how="left", maintain_order="left"
     )
     kind = pl.col("kind")
-    samples = kinds.filter(kind == "known").join(known, on="_h", maintain_order="left")
+    # A sample row carries numbers only; what names its series is in `heads`, once per head
+    # (a row of each series' strings per sample was two thirds of a batch's memory).
+    samples = kinds.filter(kind == "known").join(
+        known.select("_h", "value", "sample_ts", "head_id"), on="_h", maintain_order="left"
+    )
     unmatched = _with_text(kinds.filter(kind.is_in(["bad", "garbled"])), lines)
     return ParsedLines(
         samples=samples.drop("_h", "kind"),
+        heads=heads,
         pairs=pairs,
         sample_rows=kinds.filter(kind.is_in(["known", "sample"]))["row"],
         boundaries=_boundaries(_with_text(kinds.filter(kind.is_in(["mark", "bare"])), lines)),
@@ -112,20 +118,21 @@ def parse_lines(lines: pl.DataFrame, aliases: AliasTable) -> ParsedLines:
 
 def _resolve(
     classified: pl.DataFrame, aliases: AliasTable
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Resolve the heads of known lines: (classified, known lines resolved, label pairs).
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Resolve the heads of known lines: (classified, known lines with their head_id, the
+    heads as parse_heads makes them, label pairs).
 
     A line the cheap prefilter let through but the alias table does not know is a valid
     sample of another metric and becomes kind `sample`.
     """
     known = classified.filter(pl.col("kind") == "known").drop("kind")
     heads, pairs = parse_heads(known["head"], aliases)
-    known = known.join(heads, on="head", how="left")
-    other = known.filter(pl.col("metric").is_null()).select("_h", pl.lit(True).alias("_other"))
+    known = known.join(heads.select("head", "head_id"), on="head", how="left")
+    other = known.filter(pl.col("head_id").is_null()).select("_h", pl.lit(True).alias("_other"))
     classified = classified.join(other, on="_h", how="left").with_columns(
         pl.when(pl.col("_other")).then(pl.lit("sample", KIND)).otherwise("kind").alias("kind")
     )
-    return classified, known.filter(pl.col("metric").is_not_null()), pairs
+    return classified, known.filter(pl.col("head_id").is_not_null()), heads, pairs
 
 
 def _with_text(rows: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:

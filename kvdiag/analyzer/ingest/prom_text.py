@@ -118,7 +118,8 @@ class PromTextIngester(Ingester):
             for problem in batch.problems:
                 yield InputProblem(unit.rel, None, problem)
             _count_lines(tally, templates, batch, parsed)
-            resolved = builder.shape(prepared.timed, parsed.pairs)  # remembers config: in order
+            # Remembers config: in order.
+            resolved = builder.shape(prepared.timed, parsed.heads, parsed.pairs)
             scrapes = _scrape_rows(batch, prepared.starts, parsed.sample_rows, unit)
             tally.records += resolved.samples.height
             untimed += resolved.samples["ts"].null_count()
@@ -129,9 +130,7 @@ class PromTextIngester(Ingester):
             # all of it before the next batch is waited for, or three batches are alive (this
             # one, the next one parsed, the one after being parsed).
             del prepared, batch, parsed
-            yield from _emit("metric_samples", resolved.samples)
-            yield from _emit("config", resolved.config)
-            yield from _emit("gpu_snapshots", resolved.gpus)
+            yield from resolved.batches()
             yield from _emit("scrapes", scrapes)
             del resolved, scrapes
             if ctx.progress is not None:
@@ -205,9 +204,15 @@ def _timed_samples(batch: LineBatch, samples: pl.DataFrame, starts: pl.DataFrame
     """Samples with provenance and time: their own timestamp, else their scrape's."""
     scrape = _scrape_of(starts, samples["row"])
     located = batch.locate(samples.with_columns(scrape.alias("scrape")))
-    return located.with_columns(
+    return located.select(
+        "head_id",
+        "scrape",
+        "source_path",
+        "source_line",
+        batch.lines["text"].gather(samples["row"]).alias("raw"),
         pl.coalesce(pl.col("sample_ts"), starts["ts"].gather(scrape)).alias("ts"),
-    ).rename({"text": "raw"})
+        "value",
+    )
 
 
 def _scrape_rows(
