@@ -74,9 +74,10 @@ def _keys(frame: pl.DataFrame, keys: Sequence[str]) -> list[str]:
 
 
 def _ordered(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    # Stable: rows that tie (a frame without path and line, read in that order) keep theirs.
     order = [*keys, *_keys(frame, _ORDER)]
     return frame.filter(pl.col("value").is_not_null() & pl.col("value").is_not_nan()).sort(
-        order, nulls_last=False
+        order, nulls_last=False, maintain_order=True
     )
 
 

@@ -122,14 +122,16 @@ class RuleContext:
 
     def evidence(self, row: Mapping[str, Any], what: str, value: Any) -> Evidence:
         """Evidence from a store row that carries provenance columns (a metric sample's
-        text is read back by its `sample_row` when the row does not carry it)."""
+        file, line and text are read back by its `sample_row` when the row lacks them)."""
+        if row.get("sample_row") is not None and (
+            row.get("raw") is None or "source_path" not in row
+        ):
+            source = self.sample_source(int(row["sample_row"]))
+            row = {**row, **source} if source is not None else row
         line = row.get("source_line")
         raw = row.get("raw")
-        if raw is None and row.get("sample_row") is not None:
-            source = self.sample_source(int(row["sample_row"]))
-            raw = source["raw"] if source is not None else None
         return Evidence(
-            path=str(row["source_path"]),
+            path=str(row.get("source_path")),
             line=int(line) if line is not None else None,
             ts=fmt_ts(row.get("ts")),
             what=what,
