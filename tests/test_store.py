@@ -38,6 +38,29 @@ def test_a_query_over_the_memory_limit_runs_again_with_a_raised_limit(tiny_store
     assert tiny_store._memory.mb == TINY_MB  # back down afterwards
 
 
+def test_the_store_is_written_under_a_lower_limit_than_it_is_read() -> None:
+    store = Store()
+    try:
+        limit = "SELECT current_setting('memory_limit')"
+        store.append("input_problems", _problems(0, 3))
+        writing = store._con.execute(limit).fetchall()[0]
+        assert store.reader.scalar("SELECT count(*) FROM input_problems") == 3
+        reading = store._con.execute(limit).fetchall()[0]
+        store.append("input_problems", _problems(3, 2))  # rows set aside come after reading
+        assert store.reader.scalar("SELECT count(*) FROM input_problems") == 5
+    finally:
+        store.finish()
+    assert writing is not None and reading is not None
+    assert _mb(writing[0]) == pytest.approx(store_module.APPEND_MEMORY_LIMIT_MB, abs=0.1)
+    assert _mb(reading[0]) == pytest.approx(store_module.MEMORY_LIMIT_MB, abs=0.1)
+
+
+def _mb(setting: str) -> float:
+    """A limit set as 'N MB' (10^6 bytes), as DuckDB reports it back ('61.0 MiB')."""
+    number, unit = setting.split()
+    return float(number) * {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[unit] / 1e6
+
+
 def test_past_the_ceiling_the_out_of_memory_error_is_raised(
     tiny_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

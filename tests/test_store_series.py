@@ -14,6 +14,7 @@ import pytest
 from kvdiag.analyzer.discover import discover
 from kvdiag.analyzer.ingest.base import IngestContext, TableBatch
 from kvdiag.analyzer.ingest.prom_text import PromTextIngester
+from kvdiag.analyzer.sample_tail import TAIL, whole_line
 from kvdiag.analyzer.schema.metrics import SERIES_COLUMNS, SERIES_HEAD, SERIES_HINT
 from kvdiag.analyzer.store import Store
 
@@ -50,10 +51,12 @@ def real_batches(tmp_path_factory: pytest.TempPathFactory) -> list[TableBatch]:
 
 
 def _flat(batch: TableBatch) -> pl.DataFrame:
-    """A batch's rows with their series' columns on every row (and the hints)."""
+    """A batch's rows with their series' columns and whole lines on every row (and the
+    hints): what an ingester that does not cut lines nor keep series apart hands over."""
     assert batch.series is not None
     assert batch.series[SERIES_HINT].is_unique().all()
-    return batch.frame.join(batch.series, on=SERIES_HINT, how="left", maintain_order="left")
+    frame = batch.frame.join(batch.series, on=SERIES_HINT, how="left", maintain_order="left")
+    return frame.with_columns(whole_line(pl.col(SERIES_HEAD)).alias("raw")).drop(TAIL)
 
 
 def _stored(store: Store) -> pl.DataFrame:
@@ -68,6 +71,7 @@ def test_real_samples_come_back_row_for_row(
     for batch in batches:
         if form == "apart":  # as the ingester emits them: the series once per head
             assert set(batch.frame.columns) & set(SERIES_KEYS) == set()
+            assert batch.frame[TAIL].all()  # every line cut after its head by the parser
             store.append("metric_samples", batch.frame, batch.series)
         else:  # the series' columns on every row, with or without the hint
             flat = _flat(batch)

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import polars as pl
 
+from kvdiag.analyzer.sample_tail import TAIL, cut_heads
 from kvdiag.analyzer.schema import table
 from kvdiag.analyzer.schema.metrics import SERIES_COLUMNS, SERIES_HEAD, SERIES_HINT
 
@@ -49,18 +50,25 @@ class SeriesCatalog:
         optional) as the series first seen here and the points, in order.
 
         With `series` (a row per SERIES_HINT: the series columns and SERIES_HEAD), `samples`
-        holds the point columns and SERIES_HINT only.
+        holds the point columns and SERIES_HINT only, and `tail` when its lines are cut.
         """
         if series is None:
             samples = _with_hint(_with_series_columns(samples))
             seen = samples.unique(subset=SERIES_HINT, keep="first", maintain_order=True)
         else:
             seen = _with_hint(_with_series_columns(series))
-            samples = _with_hint(samples).join(
-                seen.select(SERIES_HINT, "head"), on=SERIES_HINT, how="left", maintain_order="left"
-            )
+            samples = _with_hint(samples)
+        if TAIL not in samples.columns:  # else the ingester cut the lines (sample_tail.py)
+            if "head" not in samples.columns:
+                samples = samples.join(
+                    seen.select(SERIES_HINT, "head"),
+                    on=SERIES_HINT,
+                    how="left",
+                    maintain_order="left",
+                )
+            samples = cut_heads(samples)
         new, ids = self._assign(seen.select(SERIES_HINT, *_KEYS))
-        points = _tails(samples).join(ids, on=SERIES_HINT, how="left", maintain_order="left")
+        points = samples.join(ids, on=SERIES_HINT, how="left", maintain_order="left")
         if points[_ID].null_count():
             raise ValueError(f"{SAMPLES}: rows whose {SERIES_HINT} names no row of the series")
         declared = table(POINTS).column_names
@@ -102,17 +110,6 @@ def _with_series_columns(samples: pl.DataFrame) -> pl.DataFrame:
         if name not in samples.columns
     ]
     return samples.with_columns(missing).cast(_SERIES_SCHEMA)
-
-
-def _tails(samples: pl.DataFrame) -> pl.DataFrame:
-    """`raw` without its series' head where it starts with it (`tail` says so): a scrape's
-    sample line is ~100 bytes of which the value is a few, and storing the bytes of
-    every line was half of the insert."""
-    raw = pl.col("raw")
-    stripped = samples.select(raw.str.strip_prefix(pl.col("head")).fill_null(raw))["raw"]
-    # One pass over the text: a line that lost its (non-empty) head got shorter.
-    tail = (stripped.str.len_bytes() < samples["raw"].str.len_bytes()).fill_null(False)
-    return samples.with_columns(stripped.alias("raw"), tail.alias("tail"))
 
 
 def _with_hint(samples: pl.DataFrame) -> pl.DataFrame:

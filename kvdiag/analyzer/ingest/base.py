@@ -20,6 +20,7 @@ from typing import ClassVar, overload
 import polars as pl
 
 from kvdiag.analyzer.model import InputProblem, UnmatchedTemplate
+from kvdiag.analyzer.sample_tail import TAIL, whole_line
 from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
 
 
@@ -98,6 +99,8 @@ class TableBatch:
         frame = self.frame
         if self.series is not None:
             frame = frame.join(self.series, on=SERIES_HINT, how="left", maintain_order="left")
+        if TAIL in frame.columns:
+            frame = frame.with_columns(whole_line(pl.col(SERIES_HEAD)).alias("raw")).drop(TAIL)
         return frame.drop(SERIES_HINT, SERIES_HEAD, strict=False)
 
 

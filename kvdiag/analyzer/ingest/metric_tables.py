@@ -19,11 +19,12 @@ import polars as pl
 from kvdiag.analyzer.ingest.aliases import AliasTable
 from kvdiag.analyzer.ingest.base import TableBatch, template_expr
 from kvdiag.analyzer.ingest.prom_parse import parse_heads
+from kvdiag.analyzer.ingest.rows import MAX_RAW
 from kvdiag.analyzer.model import UnmatchedTemplate
+from kvdiag.analyzer.sample_tail import TAIL, whole_line
 from kvdiag.analyzer.schema import table
 from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
 
-MAX_RAW = 4096
 _GPU_METRICS = {
     "gpu_fb_total": "memory_total_mib",
     "gpu_fb_used": "memory_used_mib",
@@ -134,7 +135,10 @@ def _of_metrics(points: pl.DataFrame, heads: pl.DataFrame, metrics: list[str]) -
     chosen = heads.filter(pl.col("metric").is_in(metrics))
     if chosen.is_empty():
         return pl.DataFrame()
-    return points.join(chosen, on="head_id", how="inner", maintain_order="left")
+    rows = points.join(chosen, on="head_id", how="inner", maintain_order="left")
+    if TAIL in rows.columns:  # config and GPU rows cite the whole line
+        rows = rows.with_columns(whole_line(pl.col("head")).alias("raw"))
+    return rows
 
 
 def _point_rows(points: pl.DataFrame) -> pl.DataFrame:
@@ -145,6 +149,7 @@ def _point_rows(points: pl.DataFrame) -> pl.DataFrame:
         pl.col("raw").str.slice(0, MAX_RAW),
         pl.col("ts").cast(pl.Datetime("us")),
         pl.col("value").cast(pl.Float64),
+        *([TAIL] if TAIL in points.columns else []),
     )
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from kvdiag.analyzer.ingest.aliases import AliasTable
+from kvdiag.analyzer.ingest.rows import MAX_RAW
 from kvdiag.analyzer.ingest.scrape_time import (
     BARE_TIME_RE,
     EOF_RE,
@@ -30,6 +31,7 @@ from kvdiag.analyzer.ingest.scrape_time import (
     epoch_to_utc,
     text_to_utc,
 )
+from kvdiag.analyzer.sample_tail import TAIL, cut_heads
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\]|\\.)*"'
@@ -70,7 +72,9 @@ def without_exposition_lines(text: str) -> str:
 class ParsedLines:
     """One batch of exposition lines, parsed and accounted for."""
 
-    samples: pl.DataFrame  # known metrics: row, value, sample_ts, head_id (a row of `heads`)
+    # known metrics: row, value, sample_ts, head_id (a row of `heads`), raw and tail (the
+    # line cut after its head, as sample_tail.py says)
+    samples: pl.DataFrame
     heads: pl.DataFrame  # parse_heads' first frame: what names each sample's series, once
     pairs: pl.DataFrame  # head, key, value: the labels of those samples
     sample_rows: pl.Series  # row of every valid sample line (known metric or not)
@@ -101,7 +105,9 @@ def parse_lines(lines: pl.DataFrame, aliases: AliasTable) -> ParsedLines:
     # A sample row carries numbers only; what names its series is in `heads`, once per head
     # (a row of each series' strings per sample was two thirds of a batch's memory).
     samples = kinds.filter(kind == "known").join(
-        known.select("_h", "value", "sample_ts", "head_id"), on="_h", maintain_order="left"
+        known.select("_h", "value", "sample_ts", "head_id", "raw", TAIL),
+        on="_h",
+        maintain_order="left",
     )
     unmatched = _with_text(kinds.filter(kind.is_in(["bad", "garbled"])), lines)
     return ParsedLines(
@@ -132,7 +138,12 @@ def _resolve(
     classified = classified.join(other, on="_h", how="left").with_columns(
         pl.when(pl.col("_other")).then(pl.lit("sample", KIND)).otherwise("kind").alias("kind")
     )
-    return classified, known.filter(pl.col("head_id").is_not_null()), heads, pairs
+    # The text a sample's row keeps (cut once per distinct line, not per sample): what
+    # follows its head, from a fresh buffer, so that no batch's lines stay alive for it.
+    known = known.filter(pl.col("head_id").is_not_null()).with_columns(
+        pl.col("text").str.slice(0, MAX_RAW).alias("raw")
+    )
+    return classified, cut_heads(known), heads, pairs
 
 
 def _with_text(rows: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:

@@ -54,6 +54,7 @@ from kvdiag.analyzer.ingest.scrape_time import (
     scrape_time_from_name,
 )
 from kvdiag.analyzer.model import InputProblem
+from kvdiag.analyzer.sample_tail import TAIL
 
 _KNOWN_SAMPLE = re.compile(
     r"(?m)^(?:ray_)?(?:vllm|sglang|DCGM_FI_\w+)[:\w]*(?:\{[^}]*\})?[ \t]+[-+\w.]+[ \t]*$"
@@ -209,7 +210,8 @@ def _timed_samples(batch: LineBatch, samples: pl.DataFrame, starts: pl.DataFrame
         "scrape",
         "source_path",
         "source_line",
-        batch.lines["text"].gather(samples["row"]).alias("raw"),
+        "raw",
+        TAIL,
         pl.coalesce(pl.col("sample_ts"), starts["ts"].gather(scrape)).alias("ts"),
         "value",
     )

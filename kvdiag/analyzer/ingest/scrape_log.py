@@ -27,7 +27,8 @@ from kvdiag.analyzer.ingest.base import (
     Tally,
 )
 from kvdiag.analyzer.ingest.lines import ReadStats, iter_line_batches
-from kvdiag.analyzer.ingest.metric_tables import MAX_RAW, TemplateTally
+from kvdiag.analyzer.ingest.metric_tables import TemplateTally
+from kvdiag.analyzer.ingest.rows import MAX_RAW
 from kvdiag.analyzer.ingest.scrape_time import text_to_utc
 from kvdiag.analyzer.model import InputProblem
 
