@@ -7,12 +7,15 @@ import gzip
 import json
 import math
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from kvdiag.analyzer.discover import classify_file, discover
+from kvdiag.analyzer.ingest import prom_lines, prom_text
+from kvdiag.analyzer.ingest.base import Account, IngestContext
 from kvdiag.analyzer.ingest.prom_text import PromTextIngester
 from kvdiag.analyzer.ingest.scrape_time import scrape_time_from_name
 from tests.conftest import FIXTURES, REALDATA, shared
@@ -387,3 +390,28 @@ def test_scrape_files_with_a_utf8_byte_order_mark_are_read_like_the_rest(tmp_pat
         ("metrics/1700000001.prom", 2, 2.0),
         ("metrics/1700000002.prom", 1, 3.0),
     ]
+
+
+def test_a_scrape_series_reports_its_progress_batch_by_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bytes read rise with each batch to the files' size on disk; lines to every line."""
+    scrapes = sorted((FIXTURES / "vllm-b-saturation" / "incident" / "metrics").glob("*.prom"))
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    for path in scrapes[:30]:
+        (folder / path.name).write_bytes(path.read_bytes())
+    # Batches of ~200 KB: several per series (the default is 32 MB).
+    monkeypatch.setattr(prom_text, "batches", partial(prom_lines.batches, batch_bytes=200_000))
+    found = discover(tmp_path)
+    (unit,) = found.units
+    calls: list[tuple[int, int]] = []
+
+    def progress(done: int, lines: int) -> None:
+        calls.append((done, lines))
+
+    ctx = IngestContext(found.root, None, found.anchor, found.anchor_source, progress)
+    (account,) = [e for e in PromTextIngester().ingest(unit, ctx) if isinstance(e, Account)]
+    assert len(calls) > 2
+    assert calls == sorted(calls) and len(set(calls)) == len(calls)
+    assert calls[-1] == (sum(p.stat().st_size for p in folder.iterdir()), account.lines_total)

@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import polars as pl
 
@@ -88,7 +89,10 @@ def read_batch(paths: Sequence[Path], rels: Sequence[str]) -> LineBatch:
 
 def _read(path: Path) -> bytes:
     # One open per file (not a sniff then a read): a day of scrapes is 86,400 opens.
-    data = path.read_bytes()
+    # Unbuffered, the file is read whole in one call; Path.read_bytes' buffered reader took
+    # 43-50 ms per 620 files against 11-14.
+    with open(path, "rb", buffering=0) as file:
+        data = file.read()
     data = gzip.decompress(data) if data[:2] == GZIP_MAGIC else data
     # A UTF-8 byte-order mark would stick to the first line (`\ufeff# HELP ...`) and make
     # it unmatched, except in the first file of a batch, where the line reader drops it.
@@ -125,7 +129,14 @@ def _file_starts(lines: pl.DataFrame, blob: bytes, file_sizes: list[int]) -> pl.
     return (counts.cum_sum() - counts).rename("starts")
 
 
-def batches(files: Sequence[Path], batch_bytes: int = BATCH_BYTES) -> Iterator[list[int]]:
+class FileGroup(NamedTuple):
+    """Files read as one batch: their indices and their size on disk."""
+
+    indices: list[int]
+    size: int
+
+
+def batches(files: Sequence[Path], batch_bytes: int = BATCH_BYTES) -> Iterator[FileGroup]:
     """Indices of `files`, grouped so that each group holds about `batch_bytes`."""
     group: list[int] = []
     size = 0
@@ -133,7 +144,7 @@ def batches(files: Sequence[Path], batch_bytes: int = BATCH_BYTES) -> Iterator[l
         group.append(i)
         size += path.stat().st_size
         if size >= batch_bytes:
-            yield group
+            yield FileGroup(group, size)
             group, size = [], 0
     if group:
-        yield group
+        yield FileGroup(group, size)

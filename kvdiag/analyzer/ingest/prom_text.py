@@ -45,7 +45,7 @@ from kvdiag.analyzer.ingest.base import (
 )
 from kvdiag.analyzer.ingest.metric_tables import SampleBuilder, TemplateTally
 from kvdiag.analyzer.ingest.parallel import ordered_map
-from kvdiag.analyzer.ingest.prom_lines import LineBatch, batches, read_batch
+from kvdiag.analyzer.ingest.prom_lines import FileGroup, LineBatch, batches, read_batch
 from kvdiag.analyzer.ingest.prom_parse import ParsedLines, parse_lines
 from kvdiag.analyzer.ingest.scrape_time import (
     SCRAPE_NAME,
@@ -102,10 +102,11 @@ class PromTextIngester(Ingester):
         tally, templates = Tally(), TemplateTally()
         untimed = valid = read = 0
 
-        def prepare(group: list[int]) -> _Prepared:
+        def prepare(group: FileGroup) -> _Prepared:
             # On a worker thread: reading and parsing are independent per batch, while the
             # main thread stores the batch before (polars and DuckDB release the GIL).
-            batch = read_batch([unit.files[i] for i in group], [unit.rels[i] for i in group])
+            files = group.indices
+            batch = read_batch([unit.files[i] for i in files], [unit.rels[i] for i in files])
             parsed = parse_lines(batch.lines, aliases)
             starts = _scrape_starts(batch, parsed.boundaries)
             timed = _timed_samples(batch, parsed.samples, starts)
@@ -135,7 +136,7 @@ class PromTextIngester(Ingester):
             yield from _emit("scrapes", scrapes)
             del resolved, scrapes
             if ctx.progress is not None:
-                read += sum(unit.files[i].stat().st_size for i in group)
+                read += group.size
                 ctx.progress(read, tally.total)
         tally.notes.append(
             f"{tally.records} samples of known metrics stored; "
@@ -152,7 +153,7 @@ class PromTextIngester(Ingester):
 class _Prepared(NamedTuple):
     """One batch of files read, parsed and timed."""
 
-    group: list[int]
+    group: FileGroup
     batch: LineBatch
     parsed: ParsedLines
     starts: pl.DataFrame
