@@ -313,10 +313,6 @@ def parse_heads(heads: pl.Series, aliases: AliasTable) -> tuple[pl.DataFrame, pl
     return out, pairs
 
 
-def _label_value(key: str) -> pl.Expr:
-    return pl.col("value").filter(pl.col("key") == key).first().alias(f"label_{key}")
-
-
 def _braced(column: str) -> pl.Expr:
     return pl.concat_str([pl.lit("{"), pl.col(column).fill_null(""), pl.lit("}")]).alias(column)
 
