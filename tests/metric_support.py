@@ -15,6 +15,10 @@ from kvdiag.analyzer.discover import discover
 from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import Account, IngestContext, TableBatch
 from kvdiag.analyzer.model import InputProblem
+from tests.conftest import FIXTURES
+
+# The HELP and TYPE lines of a gauge the alias table knows, to put samples under.
+HEAD = "# HELP vllm:num_requests_running Running.\n# TYPE vllm:num_requests_running gauge\n"
 
 
 @dataclass
@@ -56,6 +60,16 @@ def ingest(root: Path) -> Ingested:
                 out.accounts.append(emit)
     out.tables = {name: pl.concat(frames, how="diagonal") for name, frames in parts.items()}
     return out
+
+
+def copy_real_scrapes(root: Path, n: int) -> list[Path]:
+    """The first `n` scrape files of the real saturation run copied into root/metrics;
+    returns the originals."""
+    scrapes = sorted((FIXTURES / "vllm-b-saturation" / "incident" / "metrics").glob("*.prom"))
+    (root / "metrics").mkdir(parents=True, exist_ok=True)
+    for src in scrapes[:n]:
+        (root / "metrics" / src.name).write_bytes(src.read_bytes())
+    return scrapes[:n]
 
 
 def write(folder: Path, name: str, text: str | bytes) -> Path:

@@ -4,9 +4,7 @@ comes out, row for row, whether or not the ingester gave a series hint."""
 from __future__ import annotations
 
 import math
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -17,9 +15,8 @@ from kvdiag.analyzer.ingest.prom_text import PromTextIngester
 from kvdiag.analyzer.sample_tail import TAIL, whole_line
 from kvdiag.analyzer.schema.metrics import SERIES_COLUMNS, SERIES_HEAD, SERIES_HINT
 from kvdiag.analyzer.store import Store
+from tests.metric_support import copy_real_scrapes
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-SCRAPES = FIXTURES / "vllm-b-saturation" / "incident" / "metrics"
 HINTS = [SERIES_HINT, SERIES_HEAD]
 SERIES_KEYS = [c.name for c in SERIES_COLUMNS]
 
@@ -36,11 +33,9 @@ def store() -> Iterator[Store]:
 @pytest.fixture(scope="module")
 def real_batches(tmp_path_factory: pytest.TempPathFactory) -> list[TableBatch]:
     """metric_samples batches of 40 real scrapes as the exposition ingester emits them."""
-    folder = tmp_path_factory.mktemp("scrapes") / "metrics"
-    folder.mkdir()
-    for path in sorted(SCRAPES.glob("*.prom"))[:40]:
-        shutil.copy(path, folder / path.name)
-    found = discover(folder.parent)
+    root = tmp_path_factory.mktemp("scrapes")
+    copy_real_scrapes(root, 40)
+    found = discover(root)
     ctx = IngestContext(found.root, None, found.anchor, found.anchor_source)
     (unit,) = found.units
     return [
