@@ -66,9 +66,13 @@ class SampleBuilder:
         """`samples`: source_path, source_line, raw, ts, head, value, and optionally `scrape`
         (an id that tells scrapes apart when their time is unknown)."""
         heads, pairs = parse_heads(samples["head"], self.aliases)
-        points = samples.join(
-            heads.select("head", "head_id"), on="head", how="inner", maintain_order="left"
-        ).drop("head")
+        points = (
+            samples.join(
+                heads.select("head", "head_id"), on="head", how="inner", maintain_order="left"
+            )
+            .drop("head")
+            .with_columns(pl.col("raw").str.slice(0, MAX_RAW))
+        )
         all_heads = samples["head"].unique(maintain_order=True)
         unknown = all_heads.filter(~all_heads.is_in(heads["head"].implode()))
         return self.shape(points, heads, pairs, unknown)
@@ -81,8 +85,9 @@ class SampleBuilder:
         unknown_heads: pl.Series | None = None,
     ) -> Resolved:
         """Store rows from samples whose heads are already resolved: `points` has head_id
-        (a row of `heads`, parse_heads' first frame), source_path, source_line, raw, ts,
-        value and optionally `scrape`. What names a series is worked out once per head."""
+        (a row of `heads`, parse_heads' first frame), source_path, source_line, raw (at most
+        MAX_RAW characters of the line, cut after its head where `tail` says so), ts, value
+        and optionally `scrape`. What names a series is worked out once per head."""
         heads = heads.with_columns(
             pl.coalesce(pl.col("label_instance"), pl.lit(self.replica)).alias("replica")
         )
@@ -102,7 +107,7 @@ class SampleBuilder:
             info.select(
                 "source_path",
                 "source_line",
-                pl.col("raw").str.slice(0, MAX_RAW),
+                "raw",
                 "replica",
                 "head",
                 pl.col("name").str.extract(r"(vllm|sglang)", 1).alias("engine"),
@@ -146,7 +151,7 @@ def _point_rows(points: pl.DataFrame) -> pl.DataFrame:
         pl.col("head_id").alias(SERIES_HINT),
         "source_path",
         "source_line",
-        pl.col("raw").str.slice(0, MAX_RAW),
+        "raw",
         pl.col("ts").cast(pl.Datetime("us")),
         pl.col("value").cast(pl.Float64),
         *([TAIL] if TAIL in points.columns else []),
@@ -203,7 +208,7 @@ def _gpu_rows(dcgm: pl.DataFrame, default_replica: str) -> pl.DataFrame:
     return grouped.select(
         "source_path",
         "source_line",
-        pl.col("raw").str.slice(0, MAX_RAW),
+        "raw",
         pl.col("gpu_replica").alias("replica"),
         "host",
         "ts",

@@ -138,8 +138,8 @@ def _resolve(
     classified = classified.join(other, on="_h", how="left").with_columns(
         pl.when(pl.col("_other")).then(pl.lit("sample", KIND)).otherwise("kind").alias("kind")
     )
-    # The text a sample's row keeps (cut once per distinct line, not per sample): what
-    # follows its head, from a fresh buffer, so that no batch's lines stay alive for it.
+    # The text a sample's row keeps, cut once per distinct line rather than per sample: at
+    # most MAX_RAW characters of the line, without its head (sample_tail.py).
     known = known.filter(pl.col("head_id").is_not_null()).with_columns(
         pl.col("text").str.slice(0, MAX_RAW).alias("raw")
     )
