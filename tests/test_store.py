@@ -175,3 +175,50 @@ def test_has_rows_tells_empty_tables_and_views_from_filled_ones_and_rejects_unkn
             filled.has_rows("input_problems; DROP TABLE scrapes")
     finally:
         store.finish()
+
+
+LIMIT = "SELECT current_setting('memory_limit') AS limit"
+
+
+def test_a_query_with_a_large_result_starts_from_the_write_time_limit() -> None:
+    store = Store()
+    try:
+        reader = store.reader
+        large = reader.sql(LIMIT, large_result=True)["limit"][0]
+        after = reader.scalar(LIMIT)
+    finally:
+        store.finish()
+    assert _mb(large) == pytest.approx(store_module.APPEND_MEMORY_LIMIT_MB, abs=0.1)
+    assert _mb(after) == pytest.approx(store_module.MEMORY_LIMIT_MB, abs=0.1)
+
+
+def test_memoised_frames_take_their_size_off_the_limit_down_to_the_write_time_one() -> None:
+    # 40 MB held: the read limit less 40; 120 MB more: the floor, not below; a new
+    # reader (the memo let go) starts from the whole read limit again.
+    store = Store()
+    try:
+        reader = store.reader
+        reader.memo("a", lambda: pl.DataFrame({"x": pl.zeros(5 << 20, pl.Int64, eager=True)}))
+        some = _mb(reader.scalar(LIMIT))
+        reader.memo("b", lambda: pl.DataFrame({"x": pl.zeros(15 << 20, pl.Int64, eager=True)}))
+        most = _mb(reader.scalar(LIMIT))
+        reader.memo("c", lambda: {"not a frame": 1})
+        fresh = _mb(store.reader.scalar(LIMIT))
+    finally:
+        store.finish()
+    assert some == pytest.approx(store_module.MEMORY_LIMIT_MB - 40, abs=0.1)
+    assert most == pytest.approx(store_module.APPEND_MEMORY_LIMIT_MB, abs=0.1)
+    assert fresh == pytest.approx(store_module.MEMORY_LIMIT_MB, abs=0.1)
+
+
+def test_a_large_result_over_the_write_time_limit_still_comes_back_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(store_module, "APPEND_MEMORY_LIMIT_MB", TINY_MB)
+    store = Store()
+    try:
+        frame = store.reader.sql(WIDE_SORT, large_result=True)  # ~130 MB: 4 MB ran out
+        assert store._memory.mb == store_module.MEMORY_LIMIT_MB  # back to the read limit
+    finally:
+        store.finish()
+    assert frame.height == 1_000_000 and frame["t"][0] == "x" * 100 + "999999"

@@ -77,8 +77,10 @@ class RuleContext:
         self.facts = facts
         self._thresholds = thresholds
 
-    def sql(self, query: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
-        return self.store.sql(query, params)
+    def sql(
+        self, query: str, params: Sequence[Any] | None = None, *, large_result: bool = False
+    ) -> pl.DataFrame:
+        return self.store.sql(query, params, large_result=large_result)
 
     def threshold(self, name: str) -> float:
         return self._thresholds[name]

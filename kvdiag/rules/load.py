@@ -73,7 +73,8 @@ def _log_points(ctx: RuleContext) -> pl.DataFrame:
         f"CAST(rowid AS {_narrowest(ctx, 'rowid', unsigned=True)}) AS row_id "
         "FROM log_stats JOIN (SELECT source_path, row_number() OVER (ORDER BY source_path) "
         "AS file_no FROM (SELECT DISTINCT source_path FROM log_stats)) f USING (source_path) "
-        "WHERE kv_usage_pct IS NOT NULL ORDER BY replica, ts NULLS FIRST, file_no, source_line"
+        "WHERE kv_usage_pct IS NOT NULL ORDER BY replica, ts NULLS FIRST, file_no, source_line",
+        large_result=True,
     )
     return stats.with_columns(pl.lit("log").alias("origin"), pl.lit(None, pl.Int64).alias("w_row"))
 
