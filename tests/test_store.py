@@ -214,11 +214,36 @@ def test_memoised_frames_take_their_size_off_the_limit_down_to_the_write_time_on
 def test_a_large_result_over_the_write_time_limit_still_comes_back_whole(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Run out below the read limit, a query gets the read limit (what it would have had
+    # without starting low), not four times its start.
     monkeypatch.setattr(store_module, "APPEND_MEMORY_LIMIT_MB", TINY_MB)
     store = Store()
+    limits: list[int] = []
     try:
-        frame = store.reader.sql(WIDE_SORT, large_result=True)  # ~130 MB: 4 MB ran out
-        assert store._memory.mb == store_module.MEMORY_LIMIT_MB  # back to the read limit
+        reader = store.reader
+        setter = store._memory._set
+        monkeypatch.setattr(store._memory, "_set", lambda mb: (limits.append(mb), setter(mb)))
+        frame = reader.sql(WIDE_SORT, large_result=True)
+        assert store._memory.mb == store_module.MEMORY_LIMIT_MB
     finally:
         store.finish()
     assert frame.height == 1_000_000 and frame["t"][0] == "x" * 100 + "999999"
+    assert limits == [TINY_MB, store_module.MEMORY_LIMIT_MB]
+
+
+def test_a_query_run_out_under_a_budget_gets_the_read_limit_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(store_module, "APPEND_MEMORY_LIMIT_MB", TINY_MB)
+    store = Store()
+    limits: list[int] = []
+    try:
+        reader = store.reader
+        reader.memo("held", lambda: pl.DataFrame({"x": pl.zeros(20 << 20, pl.Int64, eager=True)}))
+        assert store._memory.mb == TINY_MB  # 160 MB held: the floor
+        setter = store._memory._set
+        monkeypatch.setattr(store._memory, "_set", lambda mb: (limits.append(mb), setter(mb)))
+        assert reader.sql(WIDE_SORT).height == 1_000_000
+    finally:
+        store.finish()
+    assert limits == [store_module.MEMORY_LIMIT_MB, TINY_MB]  # raised, then back to the floor

@@ -112,16 +112,30 @@ def _detached(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 class MemoryLimit:
-    """DuckDB's memory limit for one store: low, raised for the one query that needs more."""
+    """DuckDB's memory limit for one store: low, raised for the one query that needs more.
+
+    `stage_mb` is the limit of the stage (writing, reading); queries start from `mb`, which
+    is lower while readers hold large frames (`give_way`). A query that runs out below the
+    stage's limit gets that limit first, so a budget never makes a query hold more than it
+    would have without one; past it, four times as much each time.
+    """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, mb: int) -> None:
         self._con = con
-        self.mb = mb
+        self.mb = self.stage_mb = mb
         self.peak_mb = self.mb  # the highest limit a query needed
         self._set(self.mb)
 
     def start_from(self, mb: int) -> None:
-        """Make `mb` the limit each query starts from."""
+        """Make `mb` the stage's limit, the one each query starts from."""
+        self.stage_mb = mb
+        self._start(mb)
+
+    def give_way(self, held_mb: int) -> None:
+        """Queries start `held_mb` lower (frames readers hold), down to the floor."""
+        self._start(max(min(self.stage_mb, floor_mb()), self.stage_mb - held_mb))
+
+    def _start(self, mb: int) -> None:
         if mb != self.mb:
             self.mb = mb
             self.peak_mb = max(self.peak_mb, mb)
@@ -148,7 +162,7 @@ class MemoryLimit:
                 except duckdb.OutOfMemoryException:
                     if mb >= MEMORY_CEILING_MB:
                         raise
-                    mb = min(mb * 4, MEMORY_CEILING_MB)
+                    mb = self.stage_mb if mb < self.stage_mb else min(mb * 4, MEMORY_CEILING_MB)
                     self.peak_mb = max(self.peak_mb, mb)
                     self._set(mb)
         finally:
@@ -156,7 +170,7 @@ class MemoryLimit:
                 self._set(self.mb)
 
 
-def _floor_mb() -> int:
+def floor_mb() -> int:
     """The lowest limit reading starts from: the write-time one."""
     return min(APPEND_MEMORY_LIMIT_MB, MEMORY_LIMIT_MB)
 
@@ -182,7 +196,7 @@ class StoreReader:
             self._memo[key] = computed = compute()
             if isinstance(computed, pl.DataFrame):
                 self._held += int(computed.estimated_size())
-                self._memory.start_from(max(_floor_mb(), MEMORY_LIMIT_MB - (self._held >> 20)))
+                self._memory.give_way(self._held >> 20)
         value: T = self._memo[key]
         return value
 
@@ -199,7 +213,7 @@ class StoreReader:
         try:
             frame: pl.DataFrame = self._memory.run(
                 lambda: cur.sql(query, params=list(params or [])).pl(),
-                _floor_mb() if large_result else None,
+                floor_mb() if large_result else None,
             )
             return frame
         finally:
