@@ -13,35 +13,21 @@ from kvdiag.analyzer.fleet import _LOAD, _REPLICAS
 from kvdiag.analyzer.store import Store
 
 
-def _metrics(replicas: list[str | None]) -> pl.DataFrame:
+def _rows(path: str, replicas: list[str | None], **columns: object) -> pl.DataFrame:
+    rows = {"source_path": path, "source_line": list(range(1, len(replicas) + 1))}
     return pl.DataFrame(
-        {
-            "source_path": "m.prom",
-            "source_line": list(range(1, len(replicas) + 1)),
-            "raw": "vllm:kv_cache_usage_perc 0.5",
-            "replica": replicas,
-            "metric": "kv_cache_usage",
-            "name": "vllm:kv_cache_usage_perc",
-            "suffix": "",
-            "ts": datetime(2026, 11, 30, 12, 0, 0),
-            "value": 0.5,
-        },
+        {**rows, "raw": "a line", "replica": replicas, **columns},
         schema_overrides={"replica": pl.String},
     )
+
+
+def _metrics(replicas: list[str | None]) -> pl.DataFrame:
+    usage = {"metric": "kv_cache_usage", "name": "vllm:kv_cache_usage_perc", "suffix": ""}
+    return _rows("m.prom", replicas, **usage, ts=datetime(2026, 11, 30, 12), value=0.5)
 
 
 def _stats(replicas: list[str | None]) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "source_path": "vllm.log",
-            "source_line": list(range(1, len(replicas) + 1)),
-            "raw": "stats line",
-            "replica": replicas,
-            "kv_usage_pct": 50.0,
-            "waiting": 0,
-        },
-        schema_overrides={"replica": pl.String},
-    )
+    return _rows("vllm.log", replicas, kv_usage_pct=50.0, waiting=0)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ appends gathered into few inserts, read back whole and in order."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import duckdb
 import polars as pl
@@ -19,15 +20,21 @@ WIDE_SORT = (
 )
 
 
-@pytest.fixture
-def tiny_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
-    """A store whose DuckDB starts with a 4 MB limit, so ordinary work runs out of memory."""
-    monkeypatch.setattr(store_module, "MEMORY_LIMIT_MB", TINY_MB)
+@contextmanager
+def _store_with_tiny(monkeypatch: pytest.MonkeyPatch, limit: str) -> Iterator[Store]:
+    monkeypatch.setattr(store_module, limit, TINY_MB)
     store = Store()
     try:
         yield store
     finally:
         store.finish()
+
+
+@pytest.fixture
+def tiny_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+    """A store whose DuckDB starts with a 4 MB limit, so ordinary work runs out of memory."""
+    with _store_with_tiny(monkeypatch, "MEMORY_LIMIT_MB") as store:
+        yield store
 
 
 def test_a_query_over_the_memory_limit_runs_again_with_a_raised_limit(tiny_store: Store) -> None:
@@ -211,39 +218,40 @@ def test_memoised_frames_take_their_size_off_the_limit_down_to_the_write_time_on
     assert fresh == pytest.approx(store_module.MEMORY_LIMIT_MB, abs=0.1)
 
 
+@pytest.fixture
+def floored_store(monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+    """A store whose write-time limit, the floor reading may start from, is 4 MB."""
+    with _store_with_tiny(monkeypatch, "APPEND_MEMORY_LIMIT_MB") as store:
+        yield store
+
+
+def _limits_set(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The limits set on DuckDB from now on, in order."""
+    limits: list[int] = []
+    setter = store._memory._set
+    monkeypatch.setattr(store._memory, "_set", lambda mb: (limits.append(mb), setter(mb)))
+    return limits
+
+
 def test_a_large_result_over_the_write_time_limit_still_comes_back_whole(
-    monkeypatch: pytest.MonkeyPatch,
+    floored_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Run out below the read limit, a query gets the read limit (what it would have had
     # without starting low), not four times its start.
-    monkeypatch.setattr(store_module, "APPEND_MEMORY_LIMIT_MB", TINY_MB)
-    store = Store()
-    limits: list[int] = []
-    try:
-        reader = store.reader
-        setter = store._memory._set
-        monkeypatch.setattr(store._memory, "_set", lambda mb: (limits.append(mb), setter(mb)))
-        frame = reader.sql(WIDE_SORT, large_result=True)
-        assert store._memory.mb == store_module.MEMORY_LIMIT_MB
-    finally:
-        store.finish()
+    reader = floored_store.reader
+    limits = _limits_set(floored_store, monkeypatch)
+    frame = reader.sql(WIDE_SORT, large_result=True)
     assert frame.height == 1_000_000 and frame["t"][0] == "x" * 100 + "999999"
     assert limits == [TINY_MB, store_module.MEMORY_LIMIT_MB]
+    assert floored_store._memory.mb == store_module.MEMORY_LIMIT_MB
 
 
 def test_a_query_run_out_under_a_budget_gets_the_read_limit_first(
-    monkeypatch: pytest.MonkeyPatch,
+    floored_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module, "APPEND_MEMORY_LIMIT_MB", TINY_MB)
-    store = Store()
-    limits: list[int] = []
-    try:
-        reader = store.reader
-        reader.memo("held", lambda: pl.DataFrame({"x": pl.zeros(20 << 20, pl.Int64, eager=True)}))
-        assert store._memory.mb == TINY_MB  # 160 MB held: the floor
-        setter = store._memory._set
-        monkeypatch.setattr(store._memory, "_set", lambda mb: (limits.append(mb), setter(mb)))
-        assert reader.sql(WIDE_SORT).height == 1_000_000
-    finally:
-        store.finish()
+    reader = floored_store.reader
+    reader.memo("held", lambda: pl.DataFrame({"x": pl.zeros(20 << 20, pl.Int64, eager=True)}))
+    assert floored_store._memory.mb == TINY_MB  # 160 MB held: the floor
+    limits = _limits_set(floored_store, monkeypatch)
+    assert reader.sql(WIDE_SORT).height == 1_000_000
     assert limits == [store_module.MEMORY_LIMIT_MB, TINY_MB]  # raised, then back to the floor
