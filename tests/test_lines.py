@@ -3,6 +3,8 @@ when its first bytes look like a compression header to polars."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -66,3 +68,25 @@ def test_a_batch_locates_every_line_in_its_file(
         expected[0] = (*expected[0][:2], expected[0][2][1:])
     got = list(located.select("source_path", "source_line", "text").iter_rows())
     assert got == expected
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="needs Linux's /proc")
+def test_a_file_longer_than_its_stated_size_is_read_whole() -> None:
+    # /proc files state a size of 0 and hold more, as a scrape still being written can.
+    batch = read_batch([Path("/proc/self/status")], ["status"])
+    first = batch.lines["text"].to_list()[:3]
+    assert first[0].startswith("Name:") and first[2].startswith("State:")
+    assert batch.lines.height > 20
+
+
+def test_an_unreadable_file_is_a_problem_and_the_others_keep_their_lines(tmp_path: Path) -> None:
+    first, second = tmp_path / "1.prom", tmp_path / "3.prom"
+    first.write_bytes(b"a 1\nb 2\n")
+    second.write_bytes(b"c 3")
+    broken = tmp_path / "2.prom"
+    broken.mkdir()  # open() fails on a folder
+    paths = [first, broken, second]
+    batch = read_batch(paths, [p.name for p in paths])
+    located = batch.locate(batch.lines).select("source_path", "source_line", "text")
+    assert located.rows() == [("1.prom", 1, "a 1"), ("1.prom", 2, "b 2"), ("3.prom", 1, "c 3")]
+    assert len(batch.problems) == 1 and batch.problems[0].startswith("2.prom: unreadable")
