@@ -266,7 +266,7 @@ class Store:
         self._con = duckdb.connect(str(self._path))
         # DuckDB's default (80 % of RAM) lets its cache grow with the input; past this it
         # writes to the database file, so a 5 GB incident fits in the same memory as 1 GB.
-        self._memory = MemoryLimit(self._con, min(APPEND_MEMORY_LIMIT_MB, MEMORY_LIMIT_MB))
+        self._memory = MemoryLimit(self._con, floor_mb())
         self._con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
         self._series = SeriesCatalog()
         self._pending: dict[str, list[pl.DataFrame]] = {}
