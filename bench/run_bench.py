@@ -10,7 +10,7 @@ or NOT met.
     python bench/run_bench.py                 # 1 GB and 5 GB of logs, 86,400 scrapes
     python bench/run_bench.py --smoke         # small sizes, for CI
     python bench/run_bench.py --only logs --gb 1
-    python bench/run_bench.py --repeat 3      # median of 3 runs per input (timings vary)
+    python bench/run_bench.py --repeat 3      # 3 rounds per input: medians (timings vary)
 
 Needs the `bench` extra (prometheus_client). Generated inputs are cached under
 bench/out/ (git-ignored) and reused.
@@ -19,6 +19,7 @@ bench/out/ (git-ignored) and reused.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -83,26 +84,33 @@ def kvdiag_run(incident: Path) -> Run:
     return Run(wall, peak / 2**20, timings)
 
 
-def kvdiag_runs(incident: Path, repeat: int) -> tuple[Run, dict[str, object]]:
-    """`repeat` runs: the median run (wall, timings), the highest peak RSS, and the spread.
+def rounds(
+    incident: Path, repeat: int, baselines: dict[str, Callable[[], float]]
+) -> tuple[Run, dict[str, float], dict[str, object]]:
+    """`repeat` rounds, each running kvdiag then every baseline once: (the median kvdiag
+    run, with the highest peak RSS; the median time of each baseline; the spread).
 
-    Timings on a shared 2-core machine vary by 15-20 % from run to run; one run decided
-    whether a target was met by chance.
+    A round keeps each ratio's two times minutes apart at most: on a shared 2-core machine
+    timings vary by 15-20 % from run to run and drift over an hour, and all kvdiag runs
+    before all baseline runs compared the two under different conditions.
     """
-    runs = sorted((kvdiag_run(incident) for _ in range(repeat)), key=lambda r: r.wall_s)
-    median = upper_median(runs)
+    runs: list[Run] = []
+    times: dict[str, list[float]] = {name: [] for name in baselines}
+    for _ in range(repeat):
+        runs.append(kvdiag_run(incident))
+        for name, measure in baselines.items():
+            times[name].append(measure())
+    median = upper_median(sorted(runs, key=lambda r: r.wall_s))
     peak = max(r.peak_rss_mib for r in runs)
     spread = {"runs": repeat, "kvdiag_s_all": [round(r.wall_s, 2) for r in runs]}
-    return Run(median.wall_s, peak, median.timings), spread
+    spread |= {f"{name}_s_all": [round(t, 2) for t in ts] for name, ts in times.items()}
+    medians = {name: upper_median(sorted(ts)) for name, ts in times.items()}
+    return Run(median.wall_s, peak, median.timings), medians, spread
 
 
 def upper_median(ordered: list[T]) -> T:
     """The middle item of a sorted list; of an even count, the upper one (a run that was)."""
     return ordered[len(ordered) // 2]
-
-
-def median_of(repeat: int, measure: Callable[[], float]) -> float:
-    return upper_median(sorted(measure() for _ in range(repeat)))
 
 
 def warm(paths: list[Path]) -> None:
@@ -142,18 +150,18 @@ def after_ingest(timings: dict[str, float]) -> dict[str, object]:
     return {"after_ingest_s": round(rest, 2), "after_ingest_share": round(rest / total, 2)}
 
 
-def prometheus_client_time(files: list[Path], sample: int) -> tuple[float, int]:
+def prometheus_client_time(files: list[Path], sample: int) -> float:
     """Seconds prometheus_client takes for all files, extrapolated from `sample` files."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    chosen = files[: min(sample, len(files))]
+    chosen = files[:sample]
     start = time.perf_counter()
     for f in chosen:
         for family in text_string_to_metric_families(f.read_text()):
             for _ in family.samples:
                 pass
     took = time.perf_counter() - start
-    return took * len(files) / len(chosen), len(chosen)
+    return took * len(files) / len(chosen)
 
 
 def bench_logs(gb: float, repeat: int) -> dict[str, object]:
@@ -164,9 +172,13 @@ def bench_logs(gb: float, repeat: int) -> dict[str, object]:
         make_logs(folder, gb)
     size = log.stat().st_size
     warm([log])
-    run, spread = kvdiag_runs(folder, repeat)
-    grep = median_of(repeat, lambda: grep_count([log]))
-    rows = (
+    run, base, spread = rounds(
+        folder,
+        repeat,
+        {"grep_c": lambda: grep_count([log]), "python_re": lambda: python_re_loop([log])},
+    )
+    grep, loop = base["grep_c"], base["python_re"]
+    return (
         {
             "kind": "logs",
             "input": f"{size / 1e9:.2f} GB vLLM log",
@@ -174,13 +186,20 @@ def bench_logs(gb: float, repeat: int) -> dict[str, object]:
             "peak_rss_mib": round(run.peak_rss_mib),
             "grep_c_s": round(grep, 2),
             "x_grep": round(run.wall_s / grep, 2),
+            "x_grep_rounds": per_round(spread, "kvdiag", "grep_c"),
+            "python_re_s": round(loop, 2),
+            "x_python_re": round(run.wall_s / loop, 2),
             "timings": run.timings,
         }
         | after_ingest(run.timings)
         | spread
     )
-    loop = median_of(repeat, lambda: python_re_loop([log]))
-    return rows | {"python_re_s": round(loop, 2), "x_python_re": round(run.wall_s / loop, 2)}
+
+
+def per_round(spread: dict[str, Any], over: str, under: str) -> list[float]:
+    """The ratio `over` / `under` of each round (times of the same few minutes)."""
+    pairs = zip(spread[f"{over}_s_all"], spread[f"{under}_s_all"], strict=True)
+    return [round(a / b, 1) for a, b in pairs]
 
 
 def bench_scrapes(count: int, sample: int, repeat: int) -> dict[str, object]:
@@ -191,12 +210,18 @@ def bench_scrapes(count: int, sample: int, repeat: int) -> dict[str, object]:
     files = sorted((folder / "metrics").glob("*.prom"))
     size = sum(f.stat().st_size for f in files)
     warm(files)
-    run, spread = kvdiag_runs(folder, repeat)
-    # The baseline varies as much as kvdiag (982-1,479 s extrapolated in single runs).
-    timed = sorted(prometheus_client_time(files, sample) for _ in range(repeat))
-    prom, sampled = upper_median(timed)
-    grep = median_of(repeat, lambda: grep_count(files, "vllm:kv_cache_usage_perc"))
-    loop = median_of(repeat, lambda: python_re_loop(files, SCRAPE_RE))
+    sampled = min(sample, len(files))
+    run, base, spread = rounds(
+        folder,
+        repeat,
+        {
+            # The baseline varies as much as kvdiag (982-1,479 s extrapolated in single runs).
+            "prometheus_client": lambda: prometheus_client_time(files, sampled),
+            "grep_c": lambda: grep_count(files, "vllm:kv_cache_usage_perc"),
+            "python_re": lambda: python_re_loop(files, SCRAPE_RE),
+        },
+    )
+    prom, grep, loop = base["prometheus_client"], base["grep_c"], base["python_re"]
     return (
         {
             "kind": "scrapes",
@@ -206,6 +231,7 @@ def bench_scrapes(count: int, sample: int, repeat: int) -> dict[str, object]:
             "prometheus_client_s": round(prom, 1),
             "prometheus_client_sampled_files": sampled,
             "speedup_vs_prometheus_client": round(prom / run.wall_s, 1),
+            "speedup_rounds": per_round(spread, "prometheus_client", "kvdiag"),
             "grep_c_s": round(grep, 2),
             "x_grep": round(run.wall_s / grep, 2),
             "python_re_s": round(loop, 2),
@@ -232,8 +258,8 @@ def main() -> None:
         "--repeat",
         type=int,
         default=1,
-        help="runs of kvdiag and of each baseline per input: the median time (of an even "
-        "count, the upper one) and the highest peak RSS",
+        help="rounds per input, each running kvdiag then every baseline once: the median "
+        "times (of an even count, the upper one), the highest peak RSS and each round's ratio",
     )
     parser.add_argument("--clean", action="store_true", help="delete bench/out first")
     args = parser.parse_args()
@@ -241,11 +267,12 @@ def main() -> None:
         shutil.rmtree(OUT, ignore_errors=True)
     sizes = args.gb or ([0.02] if args.smoke else [1.0, 5.0])
     scrapes = args.scrapes or (300 if args.smoke else 86400)
-    runs = []
+    runs: list[Callable[[], dict[str, object]]] = []
     if args.only in (None, "logs"):
-        runs += [lambda gb=gb: bench_logs(gb, args.repeat) for gb in sizes]
+        runs += [functools.partial(bench_logs, gb, args.repeat) for gb in sizes]
     if args.only in (None, "scrapes"):
-        runs.append(lambda: bench_scrapes(scrapes, min(args.sample, scrapes), args.repeat))
+        sample = min(args.sample, scrapes)
+        runs.append(functools.partial(bench_scrapes, scrapes, sample, args.repeat))
     results = []
     for run in runs:  # each input's line as soon as it is measured: a full run takes minutes
         results.append(run())
