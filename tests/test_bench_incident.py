@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.bench_support import load_bench
 
 
 def _make_incident() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_incident", ROOT / "bench/make_incident.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("make_incident")
 
 
 def _counters(path: Path) -> dict[bytes, float]:
