@@ -55,7 +55,15 @@ def _flat(batch: TableBatch) -> pl.DataFrame:
 
 
 def _stored(store: Store) -> pl.DataFrame:
-    return store.reader.sql("SELECT * EXCLUDE (sample_row) FROM metric_samples ORDER BY sample_row")
+    """The stored samples in file and line order (a batch's points are stored by series)."""
+    return store.reader.sql(
+        "SELECT * EXCLUDE (sample_row) FROM metric_samples "
+        "ORDER BY source_path, source_line, sample_row"
+    )
+
+
+def _in_file_order(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.sort("source_path", "source_line", maintain_order=True)
 
 
 @pytest.mark.parametrize("form", ["apart", "hint", "no-hint"])
@@ -71,7 +79,7 @@ def test_real_samples_come_back_row_for_row(
         else:  # the series' columns on every row, with or without the hint
             flat = _flat(batch)
             store.append("metric_samples", flat if form == "hint" else flat.drop(HINTS))
-    expected = pl.concat([_flat(b) for b in batches]).drop(HINTS)
+    expected = _in_file_order(pl.concat([_flat(b) for b in batches]).drop(HINTS))
     stored = _stored(store)
     assert stored.equals(expected.select(stored.columns))
     assert store.reader.count("metric_series") == expected.select(SERIES_KEYS).unique().height
@@ -79,6 +87,33 @@ def test_real_samples_come_back_row_for_row(
     # With the head known, a point keeps only what follows it: ` 0.5`, not the whole line.
     tails = store.reader.scalar("SELECT count(*) FROM metric_points WHERE tail")
     assert tails == (0 if form == "no-hint" else expected.height)
+
+
+def test_a_batch_is_stored_series_by_series_each_in_file_order(
+    store: Store, real_batches: list[TableBatch]
+) -> None:
+    first, again = real_batches[0], real_batches[0]
+    store.append("metric_samples", first.frame, first.series)
+    store.append("metric_samples", again.frame, again.series)
+    rows = store.reader.sql(
+        "SELECT p.rowid // ? AS batch, p.series_id, s.metric, p.source_line "
+        "FROM metric_points p JOIN metric_series s USING (series_id) ORDER BY p.rowid",
+        [first.frame.height],
+    )
+    assert rows.height == 2 * first.frame.height
+    for _, part in rows.group_by("batch", maintain_order=True):
+        # one stretch per series, in series order, each in file (here: line) order
+        assert part["series_id"].is_sorted()
+        assert (
+            part.group_by("series_id")
+            .agg(pl.col("source_line").is_sorted().all())["source_line"]
+            .all()
+        )
+        # the stretches of a metric's series are adjacent: a query for it reads one stretch
+        metrics = part["metric"].rle()
+        assert metrics.struct.field("value").is_unique().all()
+    # a scrape's lines were not in series order: the grouping did something
+    assert not first.frame[SERIES_HINT].is_sorted()
 
 
 def test_points_whose_hint_names_no_series_are_refused(
@@ -160,7 +195,7 @@ def test_a_batch_whose_points_failed_to_store_leaves_no_stray_series(
     monkeypatch.setattr(Store, "_insert", insert)
     store.append("metric_samples", batch.frame, batch.series)
     stored = _stored(store)
-    assert stored.equals(_flat(batch).drop(HINTS).select(stored.columns))
+    assert stored.equals(_in_file_order(_flat(batch).drop(HINTS)).select(stored.columns))
     ids = store.reader.sql("SELECT series_id FROM metric_series")["series_id"]
     assert ids.n_unique() == ids.len()
 

@@ -47,7 +47,8 @@ class SeriesCatalog:
 
     def split(self, samples: pl.DataFrame, series: pl.DataFrame | None = None) -> SplitSamples:
         """`samples` (metric_samples columns, missing ones NULL; SERIES_HINT and SERIES_HEAD
-        optional) as the series first seen here and the points, in order.
+        optional) as the series first seen here and the points, grouped by series (in the
+        batch's order within each).
 
         With `series` (a row per SERIES_HINT: the series columns and SERIES_HEAD), `samples`
         holds the point columns and SERIES_HINT only, and `tail` when its lines are cut.
@@ -68,13 +69,17 @@ class SeriesCatalog:
                 )
             samples = cut_heads(samples)
         new, ids = self._assign(seen.select(SERIES_HINT, *_KEYS))
-        points = samples.join(ids, on=SERIES_HINT, how="left", maintain_order="left")
-        if points[_ID].null_count():
+        # A column looked up, not a join: the points' one copy is the one _by_series makes.
+        series_id = samples[SERIES_HINT].replace_strict(
+            ids[SERIES_HINT], ids[_ID], default=None, return_dtype=pl.Int32
+        )
+        if series_id.null_count():
             raise ValueError(f"{SAMPLES}: rows whose {SERIES_HINT} names no row of the series")
+        points = samples.with_columns(series_id.alias(_ID))
         declared = table(POINTS).column_names
         return SplitSamples(
             new,
-            points.select(c for c in declared if c in points.columns),
+            _by_series(points.select(c for c in declared if c in points.columns)),
             pl.concat([self._known, new]),
         )
 
@@ -86,7 +91,10 @@ class SeriesCatalog:
     def _assign(self, seen: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Ids for one batch's distinct series (a few hundred rows): known ones keep theirs,
         new ones get the next. Returns (new metric_series rows, SERIES_HINT -> series_id)."""
-        matched = seen.join(self._known, on=_KEYS, how="left", nulls_equal=True)
+        # In the batch's order: a metric's series, adjacent in a scrape, get adjacent ids.
+        matched = seen.join(
+            self._known, on=_KEYS, how="left", nulls_equal=True, maintain_order="left"
+        )
         fresh = matched.filter(pl.col(_ID).is_null())
         new = (
             fresh.drop(_ID, SERIES_HINT)
@@ -100,6 +108,18 @@ class SeriesCatalog:
             [matched.filter(pl.col(_ID).is_not_null()).select(SERIES_HINT, _ID), fresh_ids]
         )
         return new, ids
+
+
+def _by_series(points: pl.DataFrame) -> pl.DataFrame:
+    """A batch's points grouped by series, each series' in the batch's order.
+
+    A scrape holds every series, so points stored in scrape order mix all series in every
+    stretch of the table, and a query for one metric reads all of it. Grouped, each stretch
+    holds a few series (a metric's are adjacent: SeriesCatalog numbers them in scrape
+    order), and DuckDB skips the rest by their series_id ranges: on a day of scrapes the
+    facts, rules and charts took 5.0-6.2 s instead of 7.8-8.5.
+    """
+    return points.sort(_ID, maintain_order=True)
 
 
 def _with_series_columns(samples: pl.DataFrame) -> pl.DataFrame:
