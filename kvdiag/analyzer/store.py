@@ -38,13 +38,6 @@ APPEND_MEMORY_LIMIT_MB = 64
 # again with four times the limit (first with the stage's limit, if it started below it),
 # up to the ceiling; the limit goes back down after it.
 MEMORY_CEILING_MB = 8192
-# What the rules hold and what DuckDB caches add up. Frames a reader memoises (a day of
-# stats lines' load points: ~150 MB at 5 GB of log) take their size off the limit queries
-# start from, down to the write-time limit, and a query whose result is that large starts
-# there too: DuckDB's sort space and the result it hands over were both alive at the 5 GB
-# run's peak (465 -> 404 MiB, the same report, rules no slower; at 1 GB the peak is
-# ingestion's and did not move). See MemoryLimit.give_way and StoreReader.sql.
-
 # DuckDB folds its write-ahead log into the database file every 16 MiB by default, which
 # rewrote the growing tables over and over: 18 s of the 25 s it took to store 1 GB of log.
 # The store is written once and read after; one checkpoint at the end (or none, for the
@@ -172,6 +165,12 @@ class MemoryLimit:
                 self._set(self.mb)
 
 
+# What the rules hold and what DuckDB caches add up. Frames a reader memoises (a day of
+# stats lines' load points: ~150 MB at 5 GB of log) take their size off the limit queries
+# start from, down to the write-time limit, and a query whose result is that large starts
+# there too: DuckDB's sort space and the result it hands over were both alive at the 5 GB
+# run's peak (465 -> 404 MiB, the same report, rules no slower; at 1 GB the peak is
+# ingestion's and did not move). See MemoryLimit.give_way and StoreReader.sql.
 def floor_mb() -> int:
     """The lowest limit reading starts from: the write-time one."""
     return min(APPEND_MEMORY_LIMIT_MB, MEMORY_LIMIT_MB)

@@ -120,7 +120,7 @@ def _by_series(points: pl.DataFrame) -> pl.DataFrame:
     facts, rules and charts took 5.0-6.2 s instead of 7.8-8.5.
     """
     # On one thread: 5.7 instead of 13.8 ms of CPU a 206,000-point batch (polars' threads
-    # cost more than they share out on two cores, both busy while a series is read).
+    # cost more than they share out on two cores, both busy during ingestion).
     return points.sort(_ID, maintain_order=True, multithreaded=False)
 
 
