@@ -10,6 +10,7 @@ import select
 import subprocess
 import sys
 
+from kvdiag.analyzer.progress import CHARTING, CHECKING
 from kvdiag.reports.text import render_text
 from tests.conftest import FIXTURES, run_cli
 from tests.goldens import fixture_diagnosis
@@ -67,6 +68,9 @@ def test_progress_goes_to_stderr_and_never_into_stdout() -> None:
     out, err, code = _run_with_ttys(args, stdout_tty=False, stderr_tty=True, env={})
     assert code == 1  # the refused start is an error-level finding
     assert b"reading server.log" in err  # the progress line: stderr is a terminal
+    for phase in (b"finding inputs: 1 files", CHECKING.encode(), CHARTING.encode()):
+        assert phase in err
+    assert err.startswith(b"\r\x1b[K") and b"\n" not in err.split(b"wrote")[0]
     assert json.loads(out)["verdict"]["primary"] == "unservable_config"  # pure JSON
 
 

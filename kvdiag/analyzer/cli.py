@@ -20,10 +20,10 @@ from kvdiag.analyzer.cli_live import LiveSource, live_folder, live_options
 from kvdiag.analyzer.errors import KvdiagError
 from kvdiag.analyzer.examples import EXAMPLES, example_path
 from kvdiag.analyzer.exitcodes import ExitCode, exit_code_table
-from kvdiag.analyzer.ingest.base import InputUnit
 from kvdiag.analyzer.model import Diagnosis, Severity
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
+from kvdiag.analyzer.progress import TerminalProgress
 from kvdiag.analyzer.schema import TABLES
 from kvdiag.reports import OutputFormat, render
 from kvdiag.reports.safe import plain
@@ -58,24 +58,11 @@ def _thresholds(values: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
-def _progress_printer(enabled: bool):  # type: ignore[no-untyped-def]
-    if not enabled:
+def _terminal_progress(quiet: bool) -> TerminalProgress | None:
+    """Progress on stderr when it is a terminal (never into a pipe or a log file)."""
+    if quiet or not sys.stderr.isatty():
         return None
-    started: dict[int, float] = {}
-
-    def show(i: int, n: int, unit: InputUnit, done: int, lines: int) -> None:
-        start = started.setdefault(i, time.perf_counter())
-        rate = lines / max(time.perf_counter() - start, 1e-3)
-        files = f" ({len(unit.files):,} files)" if len(unit.files) > 1 else ""
-        click.echo(
-            f"\r\x1b[K[{i + 1}/{n}] reading {unit.rel}{files}: "
-            f"{done / 1e6:,.0f} of {unit.size_bytes / 1e6:,.0f} MB, "
-            f"{lines:,} lines, {rate:,.0f} lines/s",
-            nl=False,
-            err=True,
-        )
-
-    return show
+    return TerminalProgress(lambda text: click.echo(text, nl=False, err=True))
 
 
 def exit_code_for(diagnosis: Diagnosis, fail_on: Severity | None) -> ExitCode:
@@ -213,15 +200,15 @@ def analyze_cmd(
             label=example or (live.label if live else None),
             model_config=model_config,
         )
-        show_progress = not quiet and sys.stderr.isatty()
+        progress = _terminal_progress(quiet)
         try:
-            result = analyze(opts, _progress_printer(show_progress))
+            result = analyze(opts, progress)
         except KvdiagError as exc:
             click.echo(f"kvdiag: {plain(exc)}", err=True)  # it may quote file names
             sys.exit(int(exc.exit_code))
         finally:
-            if show_progress:
-                click.echo("\r\x1b[K", nl=False, err=True)
+            if progress is not None:
+                progress.clear()
         out_fmt = OutputFormat(fmt)
         render_start = time.perf_counter()
         use_color = (

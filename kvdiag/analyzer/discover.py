@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -221,10 +221,13 @@ def _replica_of(rel: str, replica_dirs: set[str]) -> str:
     return top if top in replica_dirs else DEFAULT_REPLICA
 
 
-def discover(root: Path, scratch: Path | None = None) -> Discovery:
+def discover(
+    root: Path, scratch: Path | None = None, seen: Callable[[int, int], None] | None = None
+) -> Discovery:
     """Walk `root` (a folder, an archive or one file) and classify every file in it.
 
-    Archives are unpacked into `scratch` (nothing is unpacked without one).
+    Archives are unpacked into `scratch` (nothing is unpacked without one). `seen` is told
+    (files, bytes) after each file, for progress.
     """
     base = root.parent if root.is_file() else root
     set_aside: list[InputRecord] = []
@@ -236,7 +239,11 @@ def discover(root: Path, scratch: Path | None = None) -> Discovery:
         set_aside += unpacked.refused
         root = base = unpacked.root
     series = _Series()
-    for entry, rel, peek in _files(root, scratch, set_aside):
+    looked_at = 0
+    for n, (entry, rel, peek) in enumerate(_files(root, scratch, set_aside), 1):
+        looked_at += entry.size
+        if seen is not None:
+            seen(n, looked_at)
         path = entry.path
         ingester, why, hint, source = _recognise(path, rel, peek, series)
         if ingester is None:

@@ -29,12 +29,10 @@ from kvdiag.analyzer.ingest.base import Account, Emit, IngestContext, InputUnit,
 from kvdiag.analyzer.ingest.model_config import model_config_unit
 from kvdiag.analyzer.model import Diagnosis, InputProblem, InputRecord
 from kvdiag.analyzer.options import AnalyzeOptions
+from kvdiag.analyzer.progress import CHARTING, CHECKING, SAVING, Progress
 from kvdiag.analyzer.readahead import ReadAhead
 from kvdiag.analyzer.series import build_series
 from kvdiag.analyzer.store import Store
-
-# progress(unit_index, unit_count, unit, bytes of the unit read, lines of the unit read)
-ProgressFn = Callable[[int, int, InputUnit, int, int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +133,7 @@ def _store_inputs(store: Store, records: list[InputRecord]) -> None:
 
 
 def _ingest_all(
-    found: Discovery, opts: AnalyzeOptions, store: Store, progress: ProgressFn | None
+    found: Discovery, opts: AnalyzeOptions, store: Store, progress: Progress | None
 ) -> tuple[list[InputRecord], list[InputProblem]]:
     ctx = IngestContext(found.root, opts.year, found.anchor, found.anchor_source)
     records: list[InputRecord] = list(found.set_aside)
@@ -144,11 +142,14 @@ def _ingest_all(
         for i, unit in enumerate(found.units):
             unit_ctx = ctx
             if progress is not None:
-                progress(i, len(found.units), unit, 0, 0)
+                progress.reading(i, len(found.units), unit, 0, 0)
                 unit_ctx = dataclasses.replace(
                     ctx, progress=_unit_progress(progress, i, found, unit)
                 )
             recs, probs = _ingest_unit(unit, reading.emits(i, unit_ctx), store)
+            if progress is not None:  # its end, whether or not its reader tells progress
+                lines = sum(r.lines_total for r in recs)
+                progress.reading(i, len(found.units), unit, unit.size_bytes, lines)
             records += recs
             problems += probs
     records.sort(key=lambda r: r.path)
@@ -175,12 +176,17 @@ def _validate(store: Store) -> tuple[list[InputProblem], tuple[classify.Doubt, .
 
 
 def _unit_progress(
-    progress: ProgressFn, i: int, found: Discovery, unit: InputUnit
+    progress: Progress, i: int, found: Discovery, unit: InputUnit
 ) -> Callable[[int, int], None]:
     def report(done: int, lines: int) -> None:
-        progress(i, len(found.units), unit, done, lines)
+        progress.reading(i, len(found.units), unit, done, lines)
 
     return report
+
+
+def _tell(progress: Progress | None, phase: str) -> None:
+    if progress is not None:
+        progress.phase(phase)
 
 
 def _with_model_config(found: Discovery, path: Path | None) -> Discovery:
@@ -195,7 +201,7 @@ def _with_model_config(found: Discovery, path: Path | None) -> Discovery:
     return dataclasses.replace(found, units=units, set_aside=set_aside)
 
 
-def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysis:
+def analyze(opts: AnalyzeOptions, progress: Progress | None = None) -> Analysis:
     """Run one analysis. Raises NoInputError when nothing could be ingested."""
     if not opts.incident.exists():
         raise NoInputError(f"{opts.incident}: no such file or folder")
@@ -204,10 +210,11 @@ def analyze(opts: AnalyzeOptions, progress: ProgressFn | None = None) -> Analysi
         return _analyze(opts, Path(scratch), progress)
 
 
-def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -> Analysis:
+def _analyze(opts: AnalyzeOptions, scratch: Path, progress: Progress | None) -> Analysis:
     root = opts.incident
     clock = _Clock()
-    found = _with_model_config(discover(root, scratch), opts.model_config)
+    seen = progress.found if progress is not None else None
+    found = _with_model_config(discover(root, scratch, seen), opts.model_config)
     clock.lap("discover")
     if not found.units:
         raise NoInputError(
@@ -222,6 +229,7 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
             raise NoInputError(
                 f"{root}: nothing in it could be ingested" + _listed(records, problems)
             )
+        _tell(progress, CHECKING)
         _store_inputs(store, records)
         checked, doubts = _validate(store)
         problems += checked
@@ -246,6 +254,7 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
         # A reader of its own: the frames the rules shared (a day of load points is
         # hundreds of MB) are let go before the charts are read.
         del reader
+        _tell(progress, CHARTING)
         series, window = build_series(store.reader)
         clock.lap("series")
         diagnosis = Diagnosis(
@@ -267,6 +276,8 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: ProgressFn | None) -
     except BaseException:
         store.discard()
         raise
+    if opts.db is not None:
+        _tell(progress, SAVING)
     db_path = store.finish()
     clock.lap("store")
     return Analysis(diagnosis, db_path, clock.timings)
