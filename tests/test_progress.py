@@ -105,7 +105,9 @@ def test_each_input_and_each_phase_is_drawn_at_once_even_between_redraws() -> No
     written: list[str] = []
     clock = _Clock()
     view = TerminalProgress(written.append, clock, interval=10.0)
-    unit = InputUnit("vllm_log", "server.log", (Path("server.log"),), ("server.log",), 2_000_000, "r")
+    unit = InputUnit(
+        "vllm_log", "server.log", (Path("server.log"),), ("server.log",), 2_000_000, "r"
+    )
     view.found(1, 10)
     view.reading(0, 2, unit, 0, 0)
     view.reading(0, 2, unit, 1_000_000, 5)  # within the interval: not drawn
