@@ -20,6 +20,7 @@ from kvdiag.analyzer.ingest.base import FileList, Ingester, InputUnit
 from kvdiag.analyzer.ingest.lines import read_head
 from kvdiag.analyzer.ingest.textsource import GZIP_MAGIC
 from kvdiag.analyzer.model import InputRecord
+from kvdiag.analyzer.prefetch import HeadPrefetch
 
 DEFAULT_REPLICA = "default"
 # A first-level folder holding one of these is a replica (a scrape log is not a server).
@@ -123,7 +124,13 @@ def _files(
     """
     base = root.parent if root.is_file() else root
     prefix = os.path.join(str(base), "")
-    for entry in _walk(root):
+    entries = _walk(root)
+    # Uncached, each peek waits for the disk: 86,400 scrapes took 9-10 s, not 1.7.
+    prefetch = HeadPrefetch(
+        [e.path if e.is_file and not e.is_link else None for e in entries], _HEAD_BYTES
+    )
+    for k, entry in enumerate(entries):
+        prefetch.before(k)
         rel = _relative(entry.path, prefix, base)
         if entry.is_link and _outside(Path(entry.path), base):
             set_aside.append(
