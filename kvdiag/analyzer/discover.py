@@ -18,6 +18,7 @@ from kvdiag.analyzer import archive
 from kvdiag.analyzer.ingest import INGESTERS
 from kvdiag.analyzer.ingest.base import FileList, Ingester, InputUnit
 from kvdiag.analyzer.ingest.lines import read_head
+from kvdiag.analyzer.ingest.packed import PackedStrings
 from kvdiag.analyzer.ingest.textsource import GZIP_MAGIC
 from kvdiag.analyzer.model import InputRecord
 from kvdiag.analyzer.prefetch import HeadPrefetch
@@ -313,7 +314,7 @@ def _unit(
 ) -> InputUnit:
     members.sort(key=lambda m: m[1])
     files = FileList(p for p, _, _ in members)
-    rels = tuple(r for _, r, _ in members)
+    rels = PackedStrings(r for _, r, _ in members)
     rel = key if len(members) > 1 else rels[0]
     size = sum(n for _, _, n in members)
     return InputUnit(kind, rel, files, rels, size, _replica_of(rels[0], replica_dirs))

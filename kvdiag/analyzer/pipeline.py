@@ -56,8 +56,12 @@ class _Clock:
 
 
 def _record(unit: InputUnit, acct: Account) -> InputRecord:
-    files = dict(zip(unit.rels, unit.files, strict=True))
-    size = files[acct.path].stat().st_size if acct.path in files else unit.size_bytes
+    # The file's own size; a series' account (its folder) has the unit's. No dict of the
+    # unit's files: a day of scrapes would make 86,400 Paths for one lookup.
+    rels = unit.rels
+    size = (
+        unit.files[rels.index(acct.path)].stat().st_size if acct.path in rels else unit.size_bytes
+    )
     return InputRecord(
         path=acct.path,
         kind=unit.kind,

@@ -19,22 +19,24 @@ from typing import ClassVar, overload
 
 import polars as pl
 
+from kvdiag.analyzer.ingest.packed import PackedStrings
 from kvdiag.analyzer.model import InputProblem, UnmatchedTemplate
 from kvdiag.analyzer.sample_tail import TAIL, whole_line
 from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
 
 
 class FileList(Sequence[Path]):
-    """A unit's files, kept as strings and made Paths one at a time when asked for.
+    """A unit's files, kept as packed strings and made Paths one at a time when asked for.
 
     A day of one-second scrapes is one unit of 86,400 files: as Path objects (~490 bytes
-    each, with the parts they cache) they held 42 MiB for the whole run, as strings ~110.
+    each, with the parts they cache) they held 42 MiB for the whole run, as strings ~110
+    bytes each but more in the memory they kept from being returned (packed.py).
     """
 
     __slots__ = ("_paths",)
 
     def __init__(self, paths: Iterable[Path | str]) -> None:
-        self._paths = tuple(os.fspath(p) for p in paths)
+        self._paths = PackedStrings(os.fspath(p) for p in paths)
 
     @overload
     def __getitem__(self, index: int) -> Path: ...
@@ -51,7 +53,7 @@ class FileList(Sequence[Path]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, str):
             return NotImplemented
-        return self._paths == tuple(os.fspath(p) for p in other)
+        return self._paths == [os.fspath(p) for p in other]
 
     def __hash__(self) -> int:  # as the tuple of Paths it equals
         return hash(tuple(self))
@@ -67,7 +69,7 @@ class InputUnit:
     kind: str
     rel: str  # POSIX path relative to the incident folder (a folder for a series)
     files: Sequence[Path]  # a FileList from discovery; any sequence of paths will do
-    rels: tuple[str, ...]  # relative path of each file
+    rels: Sequence[str]  # relative path of each file (PackedStrings from discovery)
     size_bytes: int
     replica: str  # default replica name: the folder it sits in, else the file stem
 
