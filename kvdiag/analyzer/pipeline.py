@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from kvdiag import __version__
+from kvdiag._allocator import heap_for_batches
 from kvdiag.analyzer import (
     classify,
     engine,
@@ -227,7 +228,8 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: Progress | None) -> 
         )
     store = Store(opts.db)
     try:
-        records, problems = _ingest_all(found, opts, store, progress)
+        with heap_for_batches():  # _allocator.py
+            records, problems = _ingest_all(found, opts, store, progress)
         clock.lap("ingest")
         if not any(r.status == "used" for r in records):
             raise NoInputError(
