@@ -57,16 +57,16 @@ def test_slow_reads_start_announcing_a_window_ahead_each_file_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls = _recording(monkeypatch)
-    paths: list[str | None] = [f"f{i}" for i in range(22)]
-    paths[9] = None  # not a regular file: never opened
+    paths: list[str | None] = [f"f{i}" for i in range(26)]
+    paths[13] = None  # not a regular file: never opened
     walk = HeadPrefetch(paths, 4096, window=4, slow_us=0.0)  # any pace is "slow"
     for k in range(len(paths)):
         walk.before(k)
-        if k < 4:
-            assert calls == []  # the first window only measures
+        if k < 12:
+            assert calls == []  # the first window does not count; two slow ones must follow
     assert walk.cold
-    expected = [p for p in paths[4:] if p is not None]
-    assert calls == expected  # from the first check on, in order, once each, to the end
+    expected = [p for p in paths[12:] if p is not None]
+    assert calls == expected  # from the third check on, in order, once each, to the end
 
 
 def test_fast_reads_announce_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
