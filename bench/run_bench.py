@@ -11,6 +11,7 @@ or NOT met.
     python bench/run_bench.py --smoke         # small sizes, for CI
     python bench/run_bench.py --only logs --gb 1
     python bench/run_bench.py --repeat 3      # 3 rounds per input: medians (timings vary)
+    python bench/run_bench.py --uncached      # the input read from the disk each time
 
 Needs the `bench` extra (prometheus_client). Generated inputs are cached under
 bench/out/ (git-ignored) and reused.
@@ -38,6 +39,7 @@ from make_incident import SCRAPES_FORM, make_logs, make_scrapes
 T = TypeVar("T")
 OUT = Path(__file__).resolve().parent / "out"
 SCRAPE_RE = re.compile(r"^vllm:kv_cache_usage_perc\{[^}]*\} (\S+)")
+UNCACHED = " (uncached)"
 STATS_RE = re.compile(r"Running: (\d+) reqs, Waiting: (\d+) reqs, \w+ KV cache usage: ([\d.]+)%")
 
 
@@ -85,10 +87,14 @@ def kvdiag_run(incident: Path) -> Run:
 
 
 def rounds(
-    incident: Path, repeat: int, baselines: dict[str, Callable[[], float]]
+    incident: Path,
+    repeat: int,
+    baselines: dict[str, Callable[[], float]],
+    before: Callable[[], None] = lambda: None,
 ) -> tuple[Run, dict[str, float], dict[str, object]]:
     """`repeat` rounds, each running kvdiag then every baseline once: (the median kvdiag
     run, with the highest peak RSS; the median time of each baseline; the spread).
+    `before` runs, untimed, before each of them (--uncached: the input evicted).
 
     A round keeps each ratio's two times minutes apart at most: on a shared 2-core machine
     timings vary by 15-20 % from run to run and drift over an hour, and all kvdiag runs
@@ -97,8 +103,10 @@ def rounds(
     runs: list[Run] = []
     times: dict[str, list[float]] = {name: [] for name in baselines}
     for _ in range(repeat):
+        before()
         runs.append(kvdiag_run(incident))
         for name, measure in baselines.items():
+            before()
             times[name].append(measure())
     median = upper_median(sorted(runs, key=lambda r: r.wall_s))
     peak = max(r.peak_rss_mib for r in runs)
@@ -120,6 +128,28 @@ def warm(paths: list[Path]) -> None:
         with path.open("rb") as fh:
             while fh.read(1 << 24):
                 pass
+
+
+def evict(paths: list[Path]) -> None:
+    """Drop the input from the page cache, so the next command reads it from the disk, as
+    on a machine where the incident folder was copied days ago (POSIX_FADV_DONTNEED; the
+    input is synced first: a page not yet written cannot be dropped)."""
+    os.sync()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def prepare(paths: list[Path], uncached: bool) -> Callable[[], None]:
+    """What runs before each timed command: nothing once the input is cached (read once
+    here), or evicting it again (--uncached)."""
+    if uncached:
+        return lambda: evict(paths)
+    warm(paths)
+    return lambda: None
 
 
 def grep_count(paths: list[Path], pattern: str = "KV cache usage") -> float:
@@ -164,24 +194,24 @@ def prometheus_client_time(files: list[Path], sample: int) -> float:
     return took * len(files) / len(chosen)
 
 
-def bench_logs(gb: float, repeat: int) -> dict[str, object]:
+def bench_logs(gb: float, repeat: int, uncached: bool = False) -> dict[str, object]:
     folder = OUT / f"logs-{gb:g}gb"
     log = folder / "server.log"
     if not log.exists():
         print(f"building {gb:g} GB of logs in {folder} ...", file=sys.stderr)
         make_logs(folder, gb)
     size = log.stat().st_size
-    warm([log])
     run, base, spread = rounds(
         folder,
         repeat,
         {"grep_c": lambda: grep_count([log]), "python_re": lambda: python_re_loop([log])},
+        prepare([log], uncached),
     )
     grep, loop = base["grep_c"], base["python_re"]
     return (
         {
             "kind": "logs",
-            "input": f"{size / 1e9:.2f} GB vLLM log",
+            "input": f"{size / 1e9:.2f} GB vLLM log{UNCACHED if uncached else ''}",
             "kvdiag_s": round(run.wall_s, 2),
             "peak_rss_mib": round(run.peak_rss_mib),
             "grep_c_s": round(grep, 2),
@@ -202,14 +232,16 @@ def per_round(spread: dict[str, Any], over: str, under: str) -> list[float]:
     return [round(a / b, 1) for a, b in pairs]
 
 
-def bench_scrapes(count: int, sample: int, repeat: int) -> dict[str, object]:
+def bench_scrapes(
+    count: int, sample: int, repeat: int, uncached: bool = False
+) -> dict[str, object]:
     folder = OUT / f"scrapes-{count}-form{SCRAPES_FORM}"
     if not (folder / "metrics").is_dir():
         print(f"building {count} scrapes in {folder} ...", file=sys.stderr)
         make_scrapes(folder, count)
     files = sorted((folder / "metrics").glob("*.prom"))
     size = sum(f.stat().st_size for f in files)
-    warm(files)
+    before = prepare(files, uncached)
     sampled = min(sample, len(files))
     run, base, spread = rounds(
         folder,
@@ -220,12 +252,13 @@ def bench_scrapes(count: int, sample: int, repeat: int) -> dict[str, object]:
             "grep_c": lambda: grep_count(files, "vllm:kv_cache_usage_perc"),
             "python_re": lambda: python_re_loop(files, SCRAPE_RE),
         },
+        before,
     )
     prom, grep, loop = base["prometheus_client"], base["grep_c"], base["python_re"]
     return (
         {
             "kind": "scrapes",
-            "input": f"{len(files):,} scrapes, {size / 1e9:.2f} GB",
+            "input": f"{len(files):,} scrapes, {size / 1e9:.2f} GB{UNCACHED if uncached else ''}",
             "kvdiag_s": round(run.wall_s, 2),
             "peak_rss_mib": round(run.peak_rss_mib),
             "prometheus_client_s": round(prom, 1),
@@ -261,17 +294,27 @@ def main() -> None:
         help="rounds per input, each running kvdiag then every baseline once: the median "
         "times (of an even count, the upper one), the highest peak RSS and each round's ratio",
     )
+    parser.add_argument(
+        "--uncached",
+        action="store_true",
+        help="evict the input from the page cache before each timed command (kvdiag and "
+        "every baseline), instead of reading it once before them",
+    )
     parser.add_argument("--clean", action="store_true", help="delete bench/out first")
     args = parser.parse_args()
+    if args.uncached and not hasattr(os, "posix_fadvise"):
+        parser.error("--uncached needs posix_fadvise (Linux) to evict the input")
     if args.clean:
         shutil.rmtree(OUT, ignore_errors=True)
     sizes = args.gb or ([0.02] if args.smoke else [1.0, 5.0])
     scrapes = args.scrapes or (300 if args.smoke else 86400)
     runs: list[Callable[[], dict[str, object]]] = []
     if args.only in (None, "logs"):
-        runs += [functools.partial(bench_logs, gb, args.repeat) for gb in sizes]
+        runs += [functools.partial(bench_logs, gb, args.repeat, args.uncached) for gb in sizes]
     if args.only in (None, "scrapes"):
-        runs.append(functools.partial(bench_scrapes, scrapes, args.sample, args.repeat))
+        runs.append(
+            functools.partial(bench_scrapes, scrapes, args.sample, args.repeat, args.uncached)
+        )
     results = []
     for run in runs:  # each input's line as soon as it is measured: a full run takes minutes
         results.append(run())

@@ -3,6 +3,7 @@ taken minutes apart, not all of kvdiag's runs before all of the baselines'."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -57,3 +58,30 @@ def test_each_round_runs_kvdiag_then_every_baseline(monkeypatch: pytest.MonkeyPa
 def test_an_even_count_of_rounds_takes_the_upper_median() -> None:
     rb = _run_bench()
     assert rb.upper_median([1.0, 2.0, 3.0, 4.0]) == 3.0
+
+
+def test_uncached_rounds_evict_the_input_before_every_timed_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    rb = _run_bench()
+    calls: list[str] = []
+    monkeypatch.setattr(rb, "kvdiag_run", lambda _: calls.append("kvdiag") or rb.Run(1, 1, {}))
+    monkeypatch.setattr(rb, "evict", lambda paths: calls.append(f"evict {len(paths)}"))
+    monkeypatch.setattr(rb, "warm", lambda paths: calls.append("warm"))
+    files = [tmp_path / "a", tmp_path / "b"]
+    before = rb.prepare(files, uncached=True)
+    rb.rounds(Path("x"), 2, {"grep_c": lambda: calls.append("grep") or 1.0}, before)
+    assert calls == ["evict 2", "kvdiag", "evict 2", "grep"] * 2
+    calls.clear()
+    before = rb.prepare(files, uncached=False)  # cached: read once, nothing between
+    rb.rounds(Path("x"), 2, {"grep_c": lambda: calls.append("grep") or 1.0}, before)
+    assert calls == ["warm"] + ["kvdiag", "grep"] * 2
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise here")
+def test_evicting_leaves_the_input_as_it_was(tmp_path: Path) -> None:
+    rb = _run_bench()
+    f = tmp_path / "server.log"
+    f.write_bytes(b"INFO 05-01 10:00:00 [x.py:1] hi\n" * 1000)
+    rb.evict([f])
+    assert f.read_bytes() == b"INFO 05-01 10:00:00 [x.py:1] hi\n" * 1000
