@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,10 +60,10 @@ class _Clock:
 def _record(unit: InputUnit, acct: Account) -> InputRecord:
     # The file's own size; a series' account (its folder) has the unit's. No dict of the
     # unit's files: a day of scrapes would make 86,400 Paths for one lookup.
-    rels = unit.rels
-    size = (
-        unit.files[rels.index(acct.path)].stat().st_size if acct.path in rels else unit.size_bytes
-    )
+    try:
+        size = unit.files[unit.rels.index(acct.path)].stat().st_size
+    except ValueError:
+        size = unit.size_bytes
     return InputRecord(
         path=acct.path,
         kind=unit.kind,
@@ -147,14 +148,12 @@ def _ingest_all(
         for i, unit in enumerate(found.units):
             unit_ctx = ctx
             if progress is not None:
-                progress.reading(i, len(found.units), unit, 0, 0)
-                unit_ctx = dataclasses.replace(
-                    ctx, progress=_unit_progress(progress, i, found, unit)
-                )
+                report = functools.partial(progress.reading, i, len(found.units), unit)
+                report(0, 0)
+                unit_ctx = dataclasses.replace(ctx, progress=report)
             recs, probs = _ingest_unit(unit, reading.emits(i, unit_ctx), store)
             if progress is not None:  # its end, whether or not its reader tells progress
-                lines = sum(r.lines_total for r in recs)
-                progress.reading(i, len(found.units), unit, unit.size_bytes, lines)
+                report(unit.size_bytes, sum(r.lines_total for r in recs))
             records += recs
             problems += probs
     records.sort(key=lambda r: r.path)
@@ -178,15 +177,6 @@ def _validate(store: Store) -> tuple[list[InputProblem], tuple[classify.Doubt, .
     ranged, range_doubts = validate.range_problems(flagged)
     timed, time_doubts = timeline.time_problems(store.reader)
     return [*ranged, *timed], range_doubts + time_doubts
-
-
-def _unit_progress(
-    progress: Progress, i: int, found: Discovery, unit: InputUnit
-) -> Callable[[int, int], None]:
-    def report(done: int, lines: int) -> None:
-        progress.reading(i, len(found.units), unit, done, lines)
-
-    return report
 
 
 def _tell(progress: Progress | None, phase: str) -> None:
