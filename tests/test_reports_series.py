@@ -22,6 +22,7 @@ from kvdiag.analyzer.series import (
     QUANTILE,
     busiest_replicas,
     downsampled,
+    incident_window,
 )
 from tests.conftest import FIXTURES
 from tests.goldens import fixture_diagnosis
@@ -250,6 +251,27 @@ def test_downsample_keeps_peaks_and_bounds_points() -> None:
     assert small.filter(pl.col("replica") == "b").height == 10  # short series untouched
     mean = _downsample(frame, "mean").filter(pl.col("replica") == "a")
     assert mean["value"].max() < 1e6  # rates average instead
+
+
+def test_the_window_read_with_the_chart_is_the_full_resolution_span() -> None:
+    """hot_first / hot_last come from the rows of each bucket, not its first time: a
+    downsampled chart's bucket starts before the first hot second and ends after the last."""
+    n = 5000
+    hot = {1234, 1300, 4011}  # the only seconds at or above 90 %, inside buckets of ten
+    values = [95.0 if i in hot else 50.0 for i in range(n)]
+    frame = pl.DataFrame({"replica": ["a"] * n, "ts": _seconds(n), "value": values})
+    con = duckdb.connect()
+    con.register("frame", frame)
+    small = con.sql(downsampled("SELECT * FROM frame", "max", 500, hot="value >= 90.0")).pl()
+    assert small.height <= 500
+    assert not small.filter(pl.col("ts") == _seconds(n)[1234]).height  # not a bucket start
+    none = pl.lit(None, pl.Datetime("us"))
+    quiet = small.with_columns(none.alias("hot_first"), none.alias("hot_last"))
+    first, last = (
+        t.strftime("%Y-%m-%dT%H:%M:%S.000") for t in (_seconds(n)[1234], _seconds(n)[4011])
+    )
+    assert incident_window([small, quiet]) == (first, last)
+    assert incident_window([quiet]) is None
 
 
 def test_the_busiest_replicas_are_charted_first_by_waiting_then_usage() -> None:
