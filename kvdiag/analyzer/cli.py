@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import inspect
 import os
 import sys
@@ -220,7 +221,7 @@ def analyze_cmd(
             result.diagnosis, out_fmt, color=bool(use_color and out_fmt is OutputFormat.TEXT)
         )
         if output is not None:
-            write_atomic(output, text)
+            _write_report(output, text, result.db_path)
         else:
             click.echo(text, nl=False, color=bool(use_color))  # click strips ANSI unless told
         v = result.diagnosis.verdict
@@ -235,6 +236,20 @@ def analyze_cmd(
         for problem in result.diagnosis.engine_problems:
             click.echo(f"kvdiag: {problem}", err=True)
         sys.exit(int(exit_code_for(result.diagnosis, opts.fail_on)))
+
+
+def _write_report(output: Path, text: str, db_path: Path | None) -> None:
+    """The report, whole or not at all; a full disk is said as such (exit 5)."""
+    try:
+        write_atomic(output, text)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        kept = f"; the database is complete at {db_path}" if db_path else ""
+        click.echo(
+            f"kvdiag: {plain(str(output))}: its disk is full, no report written{kept}", err=True
+        )
+        sys.exit(int(ExitCode.NO_SPACE))
 
 
 cli.add_command(analyze_cmd, name="analyze")

@@ -12,6 +12,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from kvdiag.analyzer.errors import NoSpaceError
 from kvdiag.analyzer.model import Comparison, Fact, Finding, RuledOut, RuleRun
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.store import StoreReader
@@ -75,6 +76,8 @@ def run_rules(
         ctx = RuleContext(rule, reader, facts, thresholds_for(rule_cls, opts.thresholds))
         try:
             produced = list(rule.check(ctx))
+        except NoSpaceError:  # the store's disk, not the rule: the run cannot go on
+            raise
         except Exception as exc:  # a broken rule must not take the analysis down
             tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
             problems.append(f"rule {rule_cls.code} ({rule_cls.name}) crashed: {tb}")

@@ -17,5 +17,15 @@ class NoInputError(KvdiagError):
     exit_code = ExitCode.NO_INPUT
 
 
+class NoSpaceError(KvdiagError):
+    """The disk holding the database (scratch under TMPDIR, or --db) is full.
+
+    Not the input's fault, nor a bug: the run stops there, instead of going on with each
+    remaining input "skipped" for the same reason and a report short of them.
+    """
+
+    exit_code = ExitCode.NO_SPACE
+
+
 class FormatPackError(KvdiagError):
     """A format pack (TOML) is malformed: names the file, the key and what is wrong."""

@@ -13,6 +13,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
     NO_INPUT = 3
     INTERNAL = 4
+    NO_SPACE = 5
     INTERRUPTED = 130
 
 
@@ -22,6 +23,8 @@ EXIT_CODE_HELP: dict[ExitCode, str] = {
     ExitCode.USAGE: "usage error (bad option or argument)",
     ExitCode.NO_INPUT: "incident folder missing, or nothing in it could be ingested",
     ExitCode.INTERNAL: "internal error; a rule crash still writes the report and lists the rule",
+    ExitCode.NO_SPACE: "a disk kvdiag writes to is full (the database's under TMPDIR or at --db, "
+    "or the report's); no partial file is left behind",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); no partial report or database is left behind",
 }
 

@@ -26,7 +26,7 @@ from kvdiag.analyzer import (
     validate,
 )
 from kvdiag.analyzer.discover import DEFAULT_REPLICA, Discovery, discover
-from kvdiag.analyzer.errors import NoInputError
+from kvdiag.analyzer.errors import NoInputError, NoSpaceError
 from kvdiag.analyzer.ingest.base import Account, Emit, IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.model_config import model_config_unit
 from kvdiag.analyzer.model import Diagnosis, InputProblem, InputRecord
@@ -94,7 +94,7 @@ def _ingest_unit(
             else:
                 records.append(_record(unit, emit))
         store.flush()
-    except (KeyboardInterrupt, MemoryError):
+    except (KeyboardInterrupt, MemoryError, NoSpaceError):  # not this input's doing
         raise
     except Exception as exc:  # one unreadable input must not stop the others
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,6 +19,7 @@ import polars as pl
 from kvdiag.analyzer.sample_tail import TAIL
 from kvdiag.analyzer.schema import TABLES, Table, table
 from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
+from kvdiag.analyzer.store_errors import duckdb_errors
 from kvdiag.analyzer.store_series import POINTS, SAMPLES, SERIES, SeriesCatalog
 
 T = TypeVar("T")
@@ -50,25 +50,6 @@ CHECKPOINT_THRESHOLD = "4GB"
 # gain little and hold more memory.
 FLUSH_ROWS = 25_000
 FLUSH_BYTES = 16 << 20
-
-
-@contextmanager
-def _interruptible() -> Iterator[None]:
-    """Ctrl-C inside a query stays Ctrl-C.
-
-    DuckDB turns SIGINT into `InterruptException`, an ordinary Exception, which a reader
-    or a rule would report as its own failure (and the run would go on without it).
-    """
-    try:
-        yield
-    except duckdb.InterruptException as exc:
-        raise KeyboardInterrupt from exc
-    except duckdb.InvalidInputException as exc:
-        # Ctrl-C while DuckDB pulls a registered frame through Arrow reaches it inside that
-        # read, and comes back wrapped: "... as Arrow data failed: KeyboardInterrupt".
-        if "KeyboardInterrupt" in str(exc):
-            raise KeyboardInterrupt from exc
-        raise
 
 
 def ddl(t: Table) -> str:
@@ -152,7 +133,7 @@ class MemoryLimit:
         try:
             while True:
                 try:
-                    with _interruptible():
+                    with duckdb_errors():
                         return query()
                 except duckdb.OutOfMemoryException:
                     if mb >= MEMORY_CEILING_MB:
@@ -335,7 +316,7 @@ class Store:
         insert = f'INSERT INTO "{table_name}" ({cols}) SELECT {cols} FROM _kvdiag_batch'
         # Unregistering after a Ctrl-C inside the Arrow read can raise that read's error
         # again, in place of the KeyboardInterrupt: it is converted back here too.
-        with _interruptible():
+        with duckdb_errors():
             self._con.register("_kvdiag_batch", _fit(frame, table(table_name)))
             try:
                 # A failed statement is rolled back whole: running it again adds no row twice.
@@ -366,13 +347,23 @@ class Store:
                 self._con.unregister("_kvdiag_rows")
 
     def finish(self) -> Path | None:
-        """Close; with --db, move the finished database into place and return its path."""
-        self.flush()
-        if self._final is None:
-            # A scratch store is deleted next: folding its write-ahead log into the file on
-            # close would be wasted work (1.8 s after 1 GB of log).
-            self._con.execute("PRAGMA disable_checkpoint_on_shutdown")
-        self._con.close()
+        """Close; with --db, move the finished database into place and return its path.
+        A failure (a full disk at the last checkpoint) leaves no database behind."""
+        try:
+            with duckdb_errors():
+                self.flush()
+                if self._final is None:
+                    # A scratch store is deleted next: folding its write-ahead log into the
+                    # file on close would be wasted work (1.8 s after 1 GB of log).
+                    self._con.execute("PRAGMA disable_checkpoint_on_shutdown")
+                else:
+                    # Folded in here, where a failure raises: on close, DuckDB kept quiet
+                    # about a full disk and left the log beside a file without the tables.
+                    self._con.execute("CHECKPOINT")
+                self._con.close()
+        except BaseException:
+            self.discard()
+            raise
         if self._final is None:
             if self._tmpdir is not None:
                 self._tmpdir.cleanup()
