@@ -171,9 +171,13 @@ def implausible_rows(reader: StoreReader) -> pl.DataFrame:
                 queries.append((_column_query(name, column.name, bounds), []))
         if name == "config":
             queries.append(_config_query(plausible.config_values))
-    frames = [reader.sql(q, p) for q, p in queries]
-    found = [f.cast(FLAGGED) for f in frames if f.height]  # type: ignore[arg-type]
-    return pl.concat(found) if found else pl.DataFrame(schema=FLAGGED)
+    if not queries:
+        return pl.DataFrame(schema=FLAGGED)
+    # One statement for every check: each query cost ~2 ms of DuckDB's own overhead, a
+    # few hundred ms of every analysis, however small its input.
+    union = " UNION ALL ".join(f"SELECT * FROM ({q})" for q, _ in queries)
+    params = [x for _, p in queries for x in p]
+    return reader.sql(union, params).cast(FLAGGED)  # type: ignore[arg-type]
 
 
 def shown(value: float) -> str:
