@@ -213,10 +213,10 @@ def polars_count(path: Path, literal: str = "KV cache usage") -> tuple[float, in
     return time.perf_counter() - start, int(out)
 
 
-def floor_incident() -> Path:
+def floor_incident(out: Path) -> Path:
     """The same fixture's real server.log, once: kvdiag's cost with next to nothing to read
     (start-up, formats, store, every rule, the report)."""
-    folder = OUT / "logs-floor"
+    folder = out / "logs-floor"
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(FIXTURE / "server.log", folder / "server.log")
     return folder
@@ -247,14 +247,16 @@ def prometheus_client_time(files: list[Path], sample: int) -> float:
     return took * len(files) / len(chosen)
 
 
-def bench_logs(gb: float, repeat: int, uncached: bool = False) -> dict[str, object]:
-    folder = OUT / f"logs-{gb:g}gb"
+def bench_logs(
+    gb: float, repeat: int, uncached: bool = False, out: Path = OUT
+) -> dict[str, object]:
+    folder = out / f"logs-{gb:g}gb"
     log = folder / "server.log"
     if not log.exists():
         print(f"building {gb:g} GB of logs in {folder} ...", file=sys.stderr)
         make_logs(folder, gb)
     size = log.stat().st_size
-    small = floor_incident()
+    small = floor_incident(out)
     run, base, spread = rounds(
         folder,
         repeat,
@@ -298,9 +300,9 @@ def per_round(spread: dict[str, Any], over: str, under: str) -> list[float]:
 
 
 def bench_scrapes(
-    count: int, sample: int, repeat: int, uncached: bool = False
+    count: int, sample: int, repeat: int, uncached: bool = False, out: Path = OUT
 ) -> dict[str, object]:
-    folder = OUT / f"scrapes-{count}-form{SCRAPES_FORM}"
+    folder = out / f"scrapes-{count}-form{SCRAPES_FORM}"
     if not (folder / "metrics").is_dir():
         print(f"building {count} scrapes in {folder} ...", file=sys.stderr)
         make_scrapes(folder, count)
@@ -365,21 +367,28 @@ def main() -> None:
         help="evict the input from the page cache before each timed command (kvdiag and "
         "every baseline), instead of reading it once before them",
     )
-    parser.add_argument("--clean", action="store_true", help="delete bench/out first")
+    parser.add_argument(
+        "--out", type=Path, default=OUT, help="where inputs are built and kept (bench/out)"
+    )
+    parser.add_argument("--clean", action="store_true", help="delete the --out folder first")
     args = parser.parse_args()
     if args.uncached and not hasattr(os, "posix_fadvise"):
         parser.error("--uncached needs posix_fadvise (Linux) to evict the input")
     if args.clean:
-        shutil.rmtree(OUT, ignore_errors=True)
+        shutil.rmtree(args.out, ignore_errors=True)
     compile_kvdiag()
     sizes = args.gb or ([0.02] if args.smoke else [1.0, 5.0])
     scrapes = args.scrapes or (300 if args.smoke else 86400)
     runs: list[Callable[[], dict[str, object]]] = []
     if args.only in (None, "logs"):
-        runs += [functools.partial(bench_logs, gb, args.repeat, args.uncached) for gb in sizes]
+        runs += [
+            functools.partial(bench_logs, gb, args.repeat, args.uncached, args.out) for gb in sizes
+        ]
     if args.only in (None, "scrapes"):
         runs.append(
-            functools.partial(bench_scrapes, scrapes, args.sample, args.repeat, args.uncached)
+            functools.partial(
+                bench_scrapes, scrapes, args.sample, args.repeat, args.uncached, args.out
+            )
         )
     results = []
     for run in runs:  # each input's line as soon as it is measured: a full run takes minutes
