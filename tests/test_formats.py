@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from importlib import resources
 
 import polars as pl
 import pytest
@@ -193,3 +194,15 @@ def test_a_line_with_an_events_literal_but_no_variant_is_unmatched() -> None:
 def test_pack_loader_rejects_bad_packs(text: str, message: str) -> None:
     with pytest.raises(FormatPackError, match=re.escape(message)):
         parse_pack(text, "test.toml")
+
+
+def test_every_bundled_pack_compiles_in_polars_as_loaded() -> None:
+    # load_pack leaves the polars check to this test (0.06 s of every run otherwise).
+    formats = resources.files("kvdiag.analyzer.ingest") / "formats"
+    packs = sorted(
+        f.name[: -len(".toml")] for f in formats.iterdir() if f.name.endswith("_log.toml")
+    )
+    assert packs == ["sglang_log", "vllm_log"]
+    for name in packs:
+        text = (formats / f"{name}.toml").read_text(encoding="utf-8")
+        assert parse_pack(text, f"formats/{name}.toml", check_polars=True) == load_pack(name)
