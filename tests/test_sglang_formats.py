@@ -12,6 +12,7 @@ from kvdiag.analyzer.ingest.formats import Event, load_pack
 from kvdiag.analyzer.ingest.logparse import parsed_expr
 from kvdiag.analyzer.ingest.logpipeline import lines_frame, parse_batch
 from tests import test_formats as checks
+from tests.conftest import run_cli
 
 PACK = "sglang_log"
 _pack = load_pack(PACK)
@@ -72,3 +73,12 @@ def test_a_changed_batch_line_is_a_near_miss_not_silence() -> None:
     parsed = parse_batch(lines_frame([line]), _pack)
     assert parsed.frame["near_miss"].to_list() == [True]
     assert not parsed.frame.select(parsed_expr()).item()
+
+
+def test_formats_list_shows_every_bundled_pack() -> None:
+    listed = run_cli("formats", "--list").stdout
+    assert listed.startswith("vllm_log: vLLM server logs")
+    assert "\nsglang_log: " in listed
+    sglang = load_pack("sglang_log")
+    for event in sglang.events:
+        assert f"  event    {event.id} -> {event.table} " in listed

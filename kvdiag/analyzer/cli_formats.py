@@ -22,7 +22,8 @@ from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit
 from kvdiag.analyzer.ingest.formats import load_pack
 from kvdiag.analyzer.model import UnmatchedTemplate
 
-PACKS = ("vllm_log",)
+# Every bundled log pack (formats/*_log.toml), as `--list` shows them.
+PACKS = ("vllm_log", "sglang_log")
 
 
 @dataclass
