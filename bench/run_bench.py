@@ -23,7 +23,6 @@ import argparse
 import functools
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -34,13 +33,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from baselines import SCRAPE_RE, grep_count, polars_count, prometheus_client_time, python_re_loop
 from make_incident import FIXTURE, SCRAPES_FORM, make_logs, make_scrapes
+from targets import verdicts
 
 T = TypeVar("T")
 OUT = Path(__file__).resolve().parent / "out"
-SCRAPE_RE = re.compile(r"^vllm:kv_cache_usage_perc\{[^}]*\} (\S+)")
 UNCACHED = " (uncached)"
-STATS_RE = re.compile(r"Running: (\d+) reqs, Waiting: (\d+) reqs, \w+ KV cache usage: ([\d.]+)%")
 
 
 @dataclass
@@ -168,51 +167,6 @@ def prepare(paths: list[Path], uncached: bool) -> Callable[[], None]:
     return lambda: None
 
 
-def grep_count(paths: list[Path], pattern: str = "KV cache usage") -> float:
-    start = time.perf_counter()
-    for chunk in range(0, len(paths), 2000):
-        subprocess.run(
-            ["grep", "-c", pattern, *map(str, paths[chunk : chunk + 2000])], capture_output=True
-        )
-    return time.perf_counter() - start
-
-
-def python_re_loop(paths: list[Path], pattern: re.Pattern[str] = STATS_RE) -> float:
-    """A plain Python loop: every line of every file through one compiled regex."""
-    start = time.perf_counter()
-    hits = 0
-    for path in paths:
-        with path.open(encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if pattern.search(line):
-                    hits += 1
-    return time.perf_counter() - start
-
-
-# What polars alone takes to read a log's lines and test one literal in each, streaming
-# in bounded memory (its native line reader, exact on any byte): the least a design built
-# on it does before it parses anything. DuckDB's CSV reader, as fast here (0.95-1.14 s for
-# 1 GB on 1 Dec), is no line reader: its sniffer rejected a real log with one \x01 added.
-_POLARS_COUNT = """
-import sys, polars as pl
-hits = pl.scan_lines(sys.argv[2]).filter(pl.col("line").str.contains(sys.argv[1], literal=True))
-print(hits.select(pl.len()).collect(engine="streaming").item())
-"""
-
-
-def polars_count(path: Path, literal: str = "KV cache usage") -> tuple[float, int]:
-    """Seconds (process start included, as kvdiag's) and the count of lines holding
-    `literal`, for polars reading the lines with one literal test each."""
-    start = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-c", _POLARS_COUNT, literal, str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return time.perf_counter() - start, int(out)
-
-
 def floor_incident(out: Path) -> Path:
     """The same fixture's real server.log, once: kvdiag's cost with next to nothing to read
     (start-up, formats, store, every rule, the report)."""
@@ -231,20 +185,6 @@ def after_ingest(timings: dict[str, float]) -> dict[str, object]:
     rest = sum(v for k, v in timings.items() if k not in ("discover", "ingest"))
     total = rest + timings.get("ingest", 0.0) + timings.get("discover", 0.0)
     return {"after_ingest_s": round(rest, 2), "after_ingest_share": round(rest / total, 2)}
-
-
-def prometheus_client_time(files: list[Path], sample: int) -> float:
-    """Seconds prometheus_client takes for all files, extrapolated from `sample` files."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    chosen = files[:sample]
-    start = time.perf_counter()
-    for f in chosen:
-        for family in text_string_to_metric_families(f.read_text()):
-            for _ in family.samples:
-                pass
-    took = time.perf_counter() - start
-    return took * len(files) / len(chosen)
 
 
 def bench_logs(
@@ -400,53 +340,6 @@ def main() -> None:
         )
     for line in verdicts(results):
         print(line)
-
-
-# The issue's targets (issue 7): ratios to baselines timed in the same run, and memory.
-MAX_X_GREP = 4.0
-MIN_X_PROMETHEUS_CLIENT = 20.0
-MAX_PEAK_MIB = 512
-MAX_FLAT_RATIO = 1.1  # largest log's peak RSS over the smallest's: "flat from 1 GB to 5 GB"
-
-
-def floor_line(r: dict[str, Any]) -> str:
-    """What the logs target leaves once the floors are paid: kvdiag with next to nothing
-    to read, plus polars reading the lines and testing one literal in each."""
-    budget = MAX_X_GREP * float(r["grep_c_s"])
-    floor = float(r["floor_s"])
-    return (
-        f"floor {r['input']}: kvdiag on the fixture's own log {r['kvdiag_fixed_s']:g} s + polars "
-        f"counting one literal in every line {r['polars_count_s']:g} s = {floor:g} s "
-        f"({r['floor_x_grep']:g}x grep -c) against a budget of {budget:.2f} s: "
-        + ("under it" if floor <= budget else "over it before a line is parsed")
-    )
-
-
-def verdicts(results: list[dict[str, Any]]) -> list[str]:
-    """One line per target: the measured value, the target, met or not."""
-
-    def line(what: str, value: float, target: str, met: bool) -> str:
-        return f"target {what}: {value:g} (target {target}) {'met' if met else 'NOT met'}"
-
-    out = []
-    for r in results:
-        peak, name = float(r["peak_rss_mib"]), r["input"]
-        if r["kind"] == "logs":
-            x = float(r["x_grep"])
-            out.append(line(f"{name} x grep -c", x, f"<= {MAX_X_GREP:g}", x <= MAX_X_GREP))
-            out.append(floor_line(r))
-        else:
-            x = float(r["speedup_vs_prometheus_client"])
-            target = f">= {MIN_X_PROMETHEUS_CLIENT:g}"
-            met = x >= MIN_X_PROMETHEUS_CLIENT
-            out.append(line(f"{name} faster than prometheus_client", x, target, met))
-        out.append(line(f"{name} peak RSS MiB", peak, f"<= {MAX_PEAK_MIB}", peak <= MAX_PEAK_MIB))
-    logs = [float(r["peak_rss_mib"]) for r in results if r["kind"] == "logs"]
-    if len(logs) > 1:
-        ratio = round(logs[-1] / logs[0], 2)
-        target = f"<= {MAX_FLAT_RATIO:g}"
-        out.append(line("log peak RSS, largest / smallest", ratio, target, ratio <= MAX_FLAT_RATIO))
-    return out
 
 
 if __name__ == "__main__":

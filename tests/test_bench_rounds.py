@@ -90,25 +90,25 @@ def test_evicting_leaves_the_input_as_it_was(tmp_path: Path) -> None:
 def test_polars_counts_the_lines_holding_the_literal_as_a_plain_reading_does(
     tmp_path: Path,
 ) -> None:
-    rb = _run_bench()
+    baselines = load_bench("baselines")
     # The fixture's real log, with lines that a CSV reader could take for more than one
     # field or a quoted one: a comma, a double quote, the \x01 the readers split on.
     log = tmp_path / "server.log"
-    text = (rb.FIXTURE / "server.log").read_text()
+    text = (load_bench("make_incident").FIXTURE / "server.log").read_text()
     log.write_text(text + 'KV cache usage, "quoted\n\x01 KV cache usage\n\nno\n')
     plain = sum("KV cache usage" in line for line in log.read_text().splitlines())
-    seconds, hits = rb.polars_count(log)
+    seconds, hits = baselines.polars_count(log)
     assert hits == plain == 17 + 2  # the fixture's stats lines and the two added
     assert seconds > 0
 
 
 def test_the_floor_line_compares_the_floors_with_the_logs_budget() -> None:
-    rb = _run_bench()
+    targets = load_bench("targets")
     row = {"input": "1.00 GB vLLM log", "grep_c_s": 0.5, "kvdiag_fixed_s": 1.5}
-    over = rb.floor_line(row | {"polars_count_s": 1.0, "floor_s": 2.5, "floor_x_grep": 5.0})
+    over = targets.floor_line(row | {"polars_count_s": 1.0, "floor_s": 2.5, "floor_x_grep": 5.0})
     assert over.endswith("budget of 2.00 s: over it before a line is parsed")
     assert "1.5 s + polars counting one literal in every line 1 s = 2.5 s (5x grep -c)" in over
-    under = rb.floor_line(row | {"polars_count_s": 0.4, "floor_s": 1.9, "floor_x_grep": 3.8})
+    under = targets.floor_line(row | {"polars_count_s": 0.4, "floor_s": 1.9, "floor_x_grep": 3.8})
     assert "+ polars counting one literal in every line 0.4 s = 1.9 s" in under
     assert under.endswith("budget of 2.00 s: under it")
 

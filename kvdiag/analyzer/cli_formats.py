@@ -22,8 +22,8 @@ from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit
 from kvdiag.analyzer.ingest.formats import load_pack
 from kvdiag.analyzer.model import UnmatchedTemplate
 
-# Every bundled log pack (formats/*_log.toml), as `--list` shows them.
-PACKS = ("vllm_log", "sglang_log")
+# The format packs of the log ingesters, as `--list` shows them.
+PACKS = tuple(p for i in INGESTERS_BY_KIND.values() if (p := getattr(i, "pack_name", None)))
 
 
 @dataclass

@@ -1,0 +1,51 @@
+"""The performance issue's targets and the lines that judge a bench run against them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The issue's targets (issue 7): ratios to baselines timed in the same run, and memory.
+MAX_X_GREP = 4.0
+MIN_X_PROMETHEUS_CLIENT = 20.0
+MAX_PEAK_MIB = 512
+MAX_FLAT_RATIO = 1.1  # largest log's peak RSS over the smallest's: "flat from 1 GB to 5 GB"
+
+
+def floor_line(r: dict[str, Any]) -> str:
+    """What the logs target leaves once the floors are paid: kvdiag with next to nothing
+    to read, plus polars reading the lines and testing one literal in each."""
+    budget = MAX_X_GREP * float(r["grep_c_s"])
+    floor = float(r["floor_s"])
+    return (
+        f"floor {r['input']}: kvdiag on the fixture's own log {r['kvdiag_fixed_s']:g} s + polars "
+        f"counting one literal in every line {r['polars_count_s']:g} s = {floor:g} s "
+        f"({r['floor_x_grep']:g}x grep -c) against a budget of {budget:.2f} s: "
+        + ("under it" if floor <= budget else "over it before a line is parsed")
+    )
+
+
+def verdicts(results: list[dict[str, Any]]) -> list[str]:
+    """One line per target: the measured value, the target, met or not."""
+
+    def line(what: str, value: float, target: str, met: bool) -> str:
+        return f"target {what}: {value:g} (target {target}) {'met' if met else 'NOT met'}"
+
+    out = []
+    for r in results:
+        peak, name = float(r["peak_rss_mib"]), r["input"]
+        if r["kind"] == "logs":
+            x = float(r["x_grep"])
+            out.append(line(f"{name} x grep -c", x, f"<= {MAX_X_GREP:g}", x <= MAX_X_GREP))
+            out.append(floor_line(r))
+        else:
+            x = float(r["speedup_vs_prometheus_client"])
+            target = f">= {MIN_X_PROMETHEUS_CLIENT:g}"
+            met = x >= MIN_X_PROMETHEUS_CLIENT
+            out.append(line(f"{name} faster than prometheus_client", x, target, met))
+        out.append(line(f"{name} peak RSS MiB", peak, f"<= {MAX_PEAK_MIB}", peak <= MAX_PEAK_MIB))
+    logs = [float(r["peak_rss_mib"]) for r in results if r["kind"] == "logs"]
+    if len(logs) > 1:
+        ratio = round(logs[-1] / logs[0], 2)
+        target = f"<= {MAX_FLAT_RATIO:g}"
+        out.append(line("log peak RSS, largest / smallest", ratio, target, ratio <= MAX_FLAT_RATIO))
+    return out
