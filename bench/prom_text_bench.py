@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kvdiag.analyzer.ingest.base import IngestContext, InputUnit
-from kvdiag.analyzer.ingest.prom_text import PromTextIngester
+from kvdiag.analyzer.ingest.metrics.exposition import PromTextIngester
 
 DEFAULT = Path(__file__).resolve().parents[1] / "fixtures/vllm-b-saturation/incident/metrics"
 

@@ -1,5 +1,5 @@
 """`python -m kvdiag` runs the CLI."""
 
-from kvdiag.analyzer.cli import main
+from kvdiag.analyzer.cli.main import main
 
 main()

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 
-from kvdiag.analyzer.model import Diagnosis
+from kvdiag.analyzer.diagnosis import Diagnosis
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
 from kvdiag.reports import OutputFormat, render

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.ingest.aliases import load_aliases
+from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
 from kvdiag.analyzer.live.promql import exposed_names
 
 _NAME_END = re.compile(r"[{ ]")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import polars as pl
 
-from kvdiag.analyzer.discover import discover
+from kvdiag.analyzer.diagnosis import InputProblem
+from kvdiag.analyzer.discovery.discover import discover
 from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import Account, IngestContext, TableBatch
-from kvdiag.analyzer.model import InputProblem
 from tests.conftest import FIXTURES
 
 # The HELP and TYPE lines of a gauge the alias table knows, to put samples under.

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from kvdiag.analyzer.ingest import prom_api
-from kvdiag.analyzer.ingest.api_pairs import PairArray, compact_pairs, split_pairs
+from kvdiag.analyzer.ingest.metrics import api_export as prom_api
+from kvdiag.analyzer.ingest.metrics.api_pairs import PairArray, compact_pairs, split_pairs
 from kvdiag.analyzer.live.client import LiveSourceError, Matrix
 from kvdiag.analyzer.live.fetch import merge_results, render_response
 from tests.metric_support import ingest, write

@@ -8,7 +8,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from kvdiag.analyzer.archive import Limits, unpack
+from kvdiag.analyzer.discovery.archive import Limits, unpack
 from kvdiag.analyzer.exitcodes import ExitCode
 from tests.conftest import FIXTURES, analyze_json, run_cli
 

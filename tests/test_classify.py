@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer import classify, engine, facts, missing, reconcile
-from kvdiag.analyzer.model import (
+from kvdiag.analyzer import facts
+from kvdiag.analyzer.diagnosis import (
     Confidence,
     Evidence,
     Fact,
@@ -18,6 +18,7 @@ from kvdiag.analyzer.model import (
     Severity,
 )
 from kvdiag.analyzer.options import AnalyzeOptions
+from kvdiag.analyzer.verdict import classify, missing, reconcile, rule_runner
 from tests.rules.casefile import build_store, load_cases
 
 C = IncidentClass
@@ -122,7 +123,7 @@ def test_whole_verdict_on_case_rows(case_id: str) -> None:
         reader = store.reader
         established = facts.establish(reader)
         absent = missing.missing_evidence(reader)
-        result = engine.run_rules(reader, established, AnalyzeOptions(incident=Path(".")))
+        result = rule_runner.run_rules(reader, established, AnalyzeOptions(incident=Path(".")))
         verdict = classify.classify(result.findings, established, absent, result.ruled_out)
         layers = reconcile.layers(result, absent)
     finally:

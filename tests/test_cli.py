@@ -8,9 +8,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from kvdiag.analyzer import engine
+from kvdiag.analyzer.diagnosis import Severity
 from kvdiag.analyzer.exitcodes import ExitCode
-from kvdiag.analyzer.model import Severity
+from kvdiag.analyzer.verdict import rule_runner
 from kvdiag.rules.base import Rule, RuleContext
 from tests.conftest import FIXTURES, analyze_json, run_cli
 
@@ -107,7 +107,7 @@ class _Boom(Rule):
 def test_a_crashing_rule_is_listed_and_exits_4(monkeypatch: pytest.MonkeyPatch) -> None:
     from kvdiag import rules
 
-    monkeypatch.setattr(engine, "RULES", (*rules.RULES, _Boom))
+    monkeypatch.setattr(rule_runner, "RULES", (*rules.RULES, _Boom))
     result = run_cli("analyze", str(SATURATION), "--format", "json", "-q")
     assert result.exit_code == ExitCode.INTERNAL
     doc = json.loads(result.stdout)

@@ -10,9 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer import collect as collect_module
-from kvdiag.analyzer.collect import CollectPlan, CollectResult, collect, parse_duration, scrape_once
 from kvdiag.analyzer.exitcodes import ExitCode
+from kvdiag.analyzer.live import collect as collect_module
+from kvdiag.analyzer.live.collect import (
+    CollectPlan,
+    CollectResult,
+    collect,
+    parse_duration,
+    scrape_once,
+)
 from tests.conftest import FIXTURES, analyze_json, run_cli
 
 RECORDED = FIXTURES / "vllm-b-saturation" / "incident"

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from kvdiag.analyzer.model import IncidentClass
-from kvdiag.analyzer.series import MAX_CHARTED_REPLICAS
+from kvdiag.analyzer.diagnosis import IncidentClass
+from kvdiag.analyzer.facts.chart_series import MAX_CHARTED_REPLICAS
 from tests.conftest import FIXTURES, run_cli
 from tests.live_support import (
     PrometheusServer,

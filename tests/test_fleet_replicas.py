@@ -9,8 +9,8 @@ from datetime import datetime
 import polars as pl
 import pytest
 
-from kvdiag.analyzer.fleet import _LOAD, _REPLICAS
-from kvdiag.analyzer.store import Store
+from kvdiag.analyzer.store.database import Store
+from kvdiag.analyzer.verdict.fleet import _LOAD, _REPLICAS
 
 
 def _rows(path: str, replicas: list[str | None], **columns: object) -> pl.DataFrame:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from kvdiag.analyzer.diagnosis import Diagnosis
 from kvdiag.analyzer.errors import NoInputError
-from kvdiag.analyzer.model import Diagnosis
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
 from kvdiag.reports import OutputFormat, render

@@ -50,7 +50,7 @@ class PanicException(BaseException):
 def test_ctrl_c_inside_a_polars_callback_is_an_interrupt(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from kvdiag.analyzer import cli
+    from kvdiag.analyzer.cli import main as cli
 
     def panic(**_: object) -> None:
         raise PanicException("called `Result::unwrap()` on an `Err` value: KeyboardInterrupt")

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvdiag.analyzer import kvmath
-from kvdiag.analyzer.kvmath import GIB, KIB, KvLayout
+from kvdiag.domain import kvmath
+from kvdiag.domain.kvmath import GIB, KIB, KvLayout
 
 LLAMA2_7B = KvLayout(full_layers=32, kv_heads=32, head_dim=128, dtype="float16")
 LLAMA2_70B = KvLayout(full_layers=80, kv_heads=8, head_dim=128, dtype="float16")

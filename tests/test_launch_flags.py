@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer import kvmath
 from kvdiag.analyzer.facts.effective import EngineContext
 from kvdiag.analyzer.facts.kv import layout_of
 from kvdiag.analyzer.facts.settings import setting
-from kvdiag.analyzer.ingest.cmdline import human_int, non_default_args
+from kvdiag.analyzer.ingest.config.cmdline import human_int, non_default_args
+from kvdiag.domain import kvmath
 from tests.conftest import FIXTURES, fixture_cases
 from tests.ingest_helpers import Ingested, ingest, kind_of, write
 

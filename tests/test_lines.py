@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdiag.analyzer.ingest.lines import frame_lines
-from kvdiag.analyzer.ingest.prom_lines import read_batch
+from kvdiag.analyzer.ingest.metrics.scrape_files import read_batch
+from kvdiag.analyzer.ingest.text.lines import frame_lines
 
 
 @pytest.mark.parametrize("magic", [b"x^", b"x\x9c", b"x\xda", b"x\x01", b"\x28\xb5\x2f\xfd"])

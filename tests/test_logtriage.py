@@ -1,6 +1,6 @@
 """The fast lanes decide each line exactly as the full parse does.
 
-logtriage.py reads most lines of a vLLM log with one or two cheap tests and sends the
+ingest/logs/triage.py reads most lines of a vLLM log with one or two cheap tests and sends the
 rest, with their neighbours, through the full parse. These tests read the same files
 both ways (fast lanes, and every line through the full parse) and require the same
 store rows, the same line accounting and the same notes: on every real log, every
@@ -18,11 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdiag.analyzer.ingest import lines as line_reader
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputProblem, InputUnit, TableBatch
-from kvdiag.analyzer.ingest.formats import load_pack
-from kvdiag.analyzer.ingest.logtriage import Lanes, vllm_lanes
-from kvdiag.analyzer.ingest.vllm_log import VllmLogIngester
+from kvdiag.analyzer.ingest.logs.format_pack import load_pack
+from kvdiag.analyzer.ingest.logs.triage import Lanes, vllm_lanes
+from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
+from kvdiag.analyzer.ingest.text import lines as line_reader
 from tests.conftest import FIXTURES, REALDATA
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"

@@ -12,12 +12,12 @@ import duckdb
 import polars as pl
 import pytest
 
-from kvdiag.analyzer import timeseries as ts
-from kvdiag.analyzer.discover import discover
-from kvdiag.analyzer.ingest.aliases import load_aliases
-from kvdiag.analyzer.ingest.scrape_time import scrape_time_from_name
+from kvdiag.analyzer.discovery.discover import discover
+from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
+from kvdiag.analyzer.ingest.metrics.scrape_time import scrape_time_from_name
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
+from kvdiag.domain import timeseries as ts
 from tests.conftest import FIXTURES, REALDATA
 from tests.metric_support import ingest, raw_samples, same_value
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from kvdiag.analyzer import kvmath
 from kvdiag.analyzer.facts.kv import layout_of
-from kvdiag.analyzer.ingest.model_config import model_config_row
+from kvdiag.analyzer.ingest.config.model_config import model_config_row
+from kvdiag.domain import kvmath
 from tests.conftest import FIXTURES, analyze_json
 from tests.ingest_helpers import ingest, kind_of, write
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from kvdiag.analyzer import store as store_module
 from kvdiag.analyzer.errors import NoSpaceError
 from kvdiag.analyzer.exitcodes import ExitCode
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
-from kvdiag.analyzer.store_errors import duckdb_errors
+from kvdiag.analyzer.store import database as store_module
+from kvdiag.analyzer.store.errors import duckdb_errors
 from tests.conftest import FIXTURES
 
 SATURATION = FIXTURES / "vllm-b-saturation" / "incident"

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kvdiag.analyzer.ingest.nvidia_smi import name_time
+from kvdiag.analyzer.ingest.gpu.nvidia_smi import name_time
 from kvdiag.analyzer.ingest.rows import count_lines
 from tests.conftest import SHARED, shared
 from tests.ingest_helpers import ingest, kind_of, write

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvdiag.analyzer.discover import discover
+from kvdiag.analyzer.discovery.discover import discover
 from kvdiag.analyzer.ingest.base import FileList
 from kvdiag.analyzer.ingest.packed import PackedStrings
 from tests.conftest import FIXTURES

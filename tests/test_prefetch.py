@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer import prefetch
-from kvdiag.analyzer.discover import discover
-from kvdiag.analyzer.ingest.prom_lines import batches
-from kvdiag.analyzer.prefetch import HeadPrefetch, announce
+from kvdiag.analyzer.discovery import prefetch
+from kvdiag.analyzer.discovery.discover import discover
+from kvdiag.analyzer.discovery.prefetch import HeadPrefetch, announce
+from kvdiag.analyzer.ingest.metrics.scrape_files import batches
 from tests.conftest import FIXTURES
 
 SCRAPES = FIXTURES / "vllm-b-saturation" / "incident" / "metrics"

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kvdiag.analyzer.ingest.scrape_time import scrape_time_from_name
+from kvdiag.analyzer.ingest.metrics.scrape_time import scrape_time_from_name
 from tests.conftest import FIXTURES
 from tests.metric_support import ingest, raw_samples, write
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kvdiag.analyzer.discover import classify_file
+from kvdiag.analyzer.discovery.discover import classify_file
 from tests.conftest import REALDATA, shared
 from tests.metric_support import HEAD, ingest, write
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvdiag.analyzer import archive
-from kvdiag.analyzer.discover import discover
+from kvdiag.analyzer.discovery import archive
+from kvdiag.analyzer.discovery.discover import discover
 from tests.conftest import FIXTURES
 from tests.property_support import (
     any_bytes,

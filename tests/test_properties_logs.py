@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvdiag.analyzer.ingest.fieldtypes import convert, convert_fields
-from kvdiag.analyzer.ingest.formats import load_pack
+from kvdiag.analyzer.ingest.logs.format_pack import load_pack
 from tests.property_support import (
     any_bytes,
     check_ingest,

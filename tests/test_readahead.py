@@ -1,4 +1,4 @@
-"""Whole-file inputs are read one ahead on a worker (kvdiag/analyzer/readahead.py)."""
+"""Whole-file inputs are read one ahead on a worker (kvdiag/analyzer/ingest/readahead.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 import polars as pl
 import pytest
 
-from kvdiag.analyzer.discover import discover
+from kvdiag.analyzer.discovery.discover import discover
 from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import IngestContext, InputUnit, TableBatch
-from kvdiag.analyzer.readahead import ReadAhead
+from kvdiag.analyzer.ingest.readahead import ReadAhead
 from tests.conftest import FIXTURES
 
 INCIDENT = FIXTURES / "gpu-shrunken-pool-a100-case-study" / "incident"

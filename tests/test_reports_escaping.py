@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from kvdiag.analyzer.model import Diagnosis
+from kvdiag.analyzer.diagnosis import Diagnosis
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
 from kvdiag.reports import OutputFormat, render

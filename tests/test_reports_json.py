@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from kvdiag.analyzer import model
+from kvdiag.analyzer import diagnosis
 from kvdiag.reports import OutputFormat, render
 from tests.conftest import fixture_cases
 from tests.goldens import fixture_diagnosis
@@ -24,21 +24,21 @@ VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
 # schema definition -> the record it describes
 RECORDS: dict[str, type] = {
-    "Verdict": model.Verdict,
-    "RuledOut": model.RuledOut,
-    "Evidence": model.Evidence,
-    "Remedy": model.Remedy,
-    "Finding": model.Finding,
-    "Fact": model.Fact,
-    "SourceRef": model.SourceRef,
-    "Comparison": model.Comparison,
-    "LayerResult": model.LayerResult,
-    "UnmatchedTemplate": model.UnmatchedTemplate,
-    "InputRecord": model.InputRecord,
-    "InputProblem": model.InputProblem,
-    "MissingEvidence": model.MissingEvidence,
-    "RuleRun": model.RuleRun,
-    "Series": model.Series,
+    "Verdict": diagnosis.Verdict,
+    "RuledOut": diagnosis.RuledOut,
+    "Evidence": diagnosis.Evidence,
+    "Remedy": diagnosis.Remedy,
+    "Finding": diagnosis.Finding,
+    "Fact": diagnosis.Fact,
+    "SourceRef": diagnosis.SourceRef,
+    "Comparison": diagnosis.Comparison,
+    "LayerResult": diagnosis.LayerResult,
+    "UnmatchedTemplate": diagnosis.UnmatchedTemplate,
+    "InputRecord": diagnosis.InputRecord,
+    "InputProblem": diagnosis.InputProblem,
+    "MissingEvidence": diagnosis.MissingEvidence,
+    "RuleRun": diagnosis.RuleRun,
+    "Series": diagnosis.Series,
 }
 
 
@@ -83,10 +83,10 @@ def test_schema_lists_every_field_of_the_record_as_required(name: str) -> None:
 
 
 def test_top_level_and_enums_follow_the_model() -> None:
-    assert set(SCHEMA["required"]) == {f.name for f in dataclasses.fields(model.Diagnosis)}
+    assert set(SCHEMA["required"]) == {f.name for f in dataclasses.fields(diagnosis.Diagnosis)}
     for enum_type, definition in (
-        (model.IncidentClass, "IncidentClass"),
-        (model.Severity, "Severity"),
-        (model.Confidence, "Confidence"),
+        (diagnosis.IncidentClass, "IncidentClass"),
+        (diagnosis.Severity, "Severity"),
+        (diagnosis.Confidence, "Confidence"),
     ):
         assert SCHEMA["$defs"][definition]["enum"] == [e.value for e in enum_type]

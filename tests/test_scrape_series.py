@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.discover import discover
-from kvdiag.analyzer.ingest import prom_lines, prom_text
+from kvdiag.analyzer.discovery.discover import discover
 from kvdiag.analyzer.ingest.base import Account, IngestContext
-from kvdiag.analyzer.ingest.prom_text import PromTextIngester
-from kvdiag.analyzer.ingest.scrape_time import scrape_time_from_name
+from kvdiag.analyzer.ingest.metrics import exposition as prom_text
+from kvdiag.analyzer.ingest.metrics import scrape_files as prom_lines
+from kvdiag.analyzer.ingest.metrics.exposition import PromTextIngester
+from kvdiag.analyzer.ingest.metrics.scrape_time import scrape_time_from_name
 from tests.metric_support import HEAD, copy_real_scrapes, ingest, write
 
 

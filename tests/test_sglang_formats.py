@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvdiag.analyzer.ingest.formats import Event, load_pack
-from kvdiag.analyzer.ingest.logparse import parsed_expr
-from kvdiag.analyzer.ingest.logpipeline import lines_frame, parse_batch
+from kvdiag.analyzer.ingest.logs.format_pack import Event, load_pack
+from kvdiag.analyzer.ingest.logs.parse import parsed_expr
+from kvdiag.analyzer.ingest.logs.steps import lines_frame, parse_batch
 from tests import test_formats as checks
 from tests.conftest import run_cli
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kvdiag.analyzer.discover import classify_file
+from kvdiag.analyzer.discovery.discover import classify_file
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
-from kvdiag.analyzer.ingest.lines import read_head
-from kvdiag.analyzer.ingest.sglang_log import SglangLogIngester
-from kvdiag.analyzer.ingest.vllm_log import VllmLogIngester
+from kvdiag.analyzer.ingest.logs.sglang import SglangLogIngester
+from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
+from kvdiag.analyzer.ingest.text.lines import read_head
 from tests.conftest import FIXTURES, REALDATA, shared
 
 Tables = dict[str, pl.DataFrame]

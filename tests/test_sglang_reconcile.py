@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from kvdiag.analyzer.facts.effective import EngineContext, default_value
-from kvdiag.analyzer.ingest.aliases import load_aliases
-from kvdiag.analyzer.ingest.formats import load_pack
+from kvdiag.analyzer.ingest.logs.format_pack import load_pack
+from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
 from kvdiag.analyzer.live.promql import exposed_names
 from tests.conftest import FIXTURES, analyze_json, shared
 

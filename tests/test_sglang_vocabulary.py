@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from kvdiag.analyzer.facts.effective import defaults_table
-from kvdiag.analyzer.ingest.cmdline import flag_table
-from kvdiag.rules.vocabulary import Vocabulary, vocabularies
+from kvdiag.analyzer.ingest.config.cmdline import flag_table
+from kvdiag.rules.support.vocabulary import Vocabulary, vocabularies
 
 RULES = Path(__file__).resolve().parents[1] / "kvdiag" / "rules"
 _FLAG = re.compile(r"--[a-z][a-z0-9]*(?:-[a-z0-9]+)+")

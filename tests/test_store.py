@@ -10,8 +10,8 @@ import duckdb
 import polars as pl
 import pytest
 
-from kvdiag.analyzer import store as store_module
-from kvdiag.analyzer.store import Store
+from kvdiag.analyzer.store import database as store_module
+from kvdiag.analyzer.store.database import Store
 
 TINY_MB = 4
 # A million 100-character strings sorted and returned whole: ~130 MB, well over 4 MB.

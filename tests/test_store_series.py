@@ -9,12 +9,12 @@ from collections.abc import Iterator
 import polars as pl
 import pytest
 
-from kvdiag.analyzer.discover import discover
+from kvdiag.analyzer.discovery.discover import discover
 from kvdiag.analyzer.ingest.base import IngestContext, TableBatch
-from kvdiag.analyzer.ingest.prom_text import PromTextIngester
-from kvdiag.analyzer.sample_tail import TAIL, whole_line
+from kvdiag.analyzer.ingest.metrics.exposition import PromTextIngester
+from kvdiag.analyzer.ingest.metrics.sample_tail import TAIL, whole_line
 from kvdiag.analyzer.schema.metrics import SERIES_COLUMNS, SERIES_HEAD, SERIES_HINT
-from kvdiag.analyzer.store import Store
+from kvdiag.analyzer.store.database import Store
 from tests.metric_support import copy_real_scrapes
 
 HINTS = [SERIES_HINT, SERIES_HEAD]

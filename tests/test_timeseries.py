@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdiag.analyzer import timeseries as ts
+from kvdiag.domain import timeseries as ts
 from tests.conftest import FIXTURES
 from tests.metric_support import raw_samples
 

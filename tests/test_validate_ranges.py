@@ -9,8 +9,8 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdiag.analyzer import validate
-from kvdiag.analyzer.store import Store
+from kvdiag.analyzer.store import validate
+from kvdiag.analyzer.store.database import Store
 
 # kv_usage_pct's declared range is [0, 100]; running's [0, 1e7] (plausible.toml).
 _USAGE = st.one_of(

@@ -10,14 +10,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kvdiag.analyzer.discover import classify_file
-from kvdiag.analyzer.ingest import lines as line_reader
+from kvdiag.analyzer.discovery.discover import classify_file
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
-from kvdiag.analyzer.ingest.formats import load_pack
-from kvdiag.analyzer.ingest.lines import read_head
-from kvdiag.analyzer.ingest.logpipeline import lines_frame, parse_batch
-from kvdiag.analyzer.ingest.vllm_log import VllmLogIngester
-from kvdiag.analyzer.store import Store
+from kvdiag.analyzer.ingest.logs.format_pack import load_pack
+from kvdiag.analyzer.ingest.logs.steps import lines_frame, parse_batch
+from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
+from kvdiag.analyzer.ingest.text import lines as line_reader
+from kvdiag.analyzer.ingest.text.lines import read_head
+from kvdiag.analyzer.store.database import Store
 from tests.conftest import REALDATA, shared
 
 

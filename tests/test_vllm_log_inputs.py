@@ -13,12 +13,12 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdiag.analyzer.discover import discover
+from kvdiag.analyzer.discovery.discover import discover
 from kvdiag.analyzer.ingest.base import Account, IngestContext, TableBatch
-from kvdiag.analyzer.ingest.formats import load_pack
-from kvdiag.analyzer.ingest.logbatch import count_lines
-from kvdiag.analyzer.ingest.logpipeline import lines_frame, parse_batch
-from kvdiag.analyzer.ingest.vllm_log import VllmLogIngester, _FileState
+from kvdiag.analyzer.ingest.logs.batch import count_lines
+from kvdiag.analyzer.ingest.logs.format_pack import load_pack
+from kvdiag.analyzer.ingest.logs.steps import lines_frame, parse_batch
+from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester, _FileState
 from tests.conftest import FIXTURES, run_cli
 
 _STATS = (

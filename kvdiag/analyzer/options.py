@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvdiag.analyzer.model import Severity
+from kvdiag.analyzer.diagnosis import Severity
 
 
 @dataclass(frozen=True, slots=True)

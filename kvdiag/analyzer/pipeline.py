@@ -15,26 +15,19 @@ import polars as pl
 
 from kvdiag import __version__
 from kvdiag._allocator import heap_for_batches
-from kvdiag.analyzer import (
-    classify,
-    engine,
-    facts,
-    fleet,
-    missing,
-    reconcile,
-    timeline,
-    validate,
-)
-from kvdiag.analyzer.discover import DEFAULT_REPLICA, Discovery, discover
+from kvdiag.analyzer import facts
+from kvdiag.analyzer.diagnosis import Diagnosis, InputProblem, InputRecord
+from kvdiag.analyzer.discovery.discover import DEFAULT_REPLICA, Discovery, discover
 from kvdiag.analyzer.errors import NoInputError, NoSpaceError
+from kvdiag.analyzer.facts.chart_series import build_series
 from kvdiag.analyzer.ingest.base import Account, Emit, IngestContext, InputUnit, TableBatch
-from kvdiag.analyzer.ingest.model_config import model_config_unit
-from kvdiag.analyzer.model import Diagnosis, InputProblem, InputRecord
+from kvdiag.analyzer.ingest.config.model_config import model_config_unit
+from kvdiag.analyzer.ingest.readahead import ReadAhead
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.progress import CHARTING, CHECKING, SAVING, Progress
-from kvdiag.analyzer.readahead import ReadAhead
-from kvdiag.analyzer.series import build_series
-from kvdiag.analyzer.store import Store
+from kvdiag.analyzer.store import timeline, validate
+from kvdiag.analyzer.store.database import Store
+from kvdiag.analyzer.verdict import classify, fleet, missing, reconcile, rule_runner
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +234,7 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: Progress | None) -> 
         established = facts.establish(reader)
         absent = missing.missing_evidence(reader)
         clock.lap("facts")
-        result = engine.run_rules(reader, established, opts)
+        result = rule_runner.run_rules(reader, established, opts)
         verdict = classify.classify(result.findings, established, absent, result.ruled_out, doubts)
         fleet_verdicts = fleet.replica_verdicts(
             fleet.FleetInput(reader, result.findings, established, absent, opts)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from kvdiag.analyzer.model import Diagnosis
+from kvdiag.analyzer.diagnosis import Diagnosis
 
 
 class OutputFormat(enum.StrEnum):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import pairwise
 
-from kvdiag.analyzer.model import Series
+from kvdiag.analyzer.diagnosis import Series
 from kvdiag.reports.fmt import fmt_bytes, fmt_quantity, humanise
 from kvdiag.reports.ledger import GpuLedger
 

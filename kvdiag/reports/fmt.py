@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
-from kvdiag.analyzer.model import Scalar
+from kvdiag.analyzer.diagnosis import Scalar
 from kvdiag.reports.safe import plain
 
 _PLURAL_UNITS = {"requests", "tokens", "preemptions", "retractions", "blocks"}

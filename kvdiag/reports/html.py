@@ -17,7 +17,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from kvdiag.analyzer.model import Diagnosis, Fact
+from kvdiag.analyzer.diagnosis import Diagnosis, Fact
 from kvdiag.reports import charts, fmt, view
 from kvdiag.reports.ledger import LEDGER_TERMS, ledger_fact_names, memory_ledgers
 from kvdiag.reports.safe import plain

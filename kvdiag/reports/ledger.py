@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kvdiag.analyzer.model import Diagnosis, Fact
+from kvdiag.analyzer.diagnosis import Diagnosis, Fact
 from kvdiag.reports.fmt import to_bytes
 
 # (key, label, fact name); the order is the order of the stacked bar.

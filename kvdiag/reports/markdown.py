@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from kvdiag.analyzer.model import Diagnosis, Finding
+from kvdiag.analyzer.diagnosis import Diagnosis, Finding
 from kvdiag.reports import view
 from kvdiag.reports.fmt import fmt_time, fmt_value, fmt_window, humanise
 from kvdiag.reports.safe import plain

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kvdiag.analyzer.model import Diagnosis, Finding, InputRecord, Severity
+from kvdiag.analyzer.diagnosis import Diagnosis, Finding, InputRecord, Severity
 from kvdiag.reports import view
 from kvdiag.reports.fmt import coverage, fmt_time, fmt_value, fmt_window
 from kvdiag.reports.safe import one_line

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvdiag.analyzer.model import (
+from kvdiag.analyzer.diagnosis import (
     Comparison,
     Diagnosis,
     Fact,
@@ -18,7 +18,7 @@ from kvdiag.analyzer.model import (
     LayerResult,
     RuleRun,
 )
-from kvdiag.analyzer.series import CHARTED_BY
+from kvdiag.analyzer.facts.chart_series import CHARTED_BY
 from kvdiag.reports.fmt import coverage, fmt_quantity, humanise
 
 LAYER_TITLES = {1: "Pool vs card", 2: "Payload vs percentage", 3: "Peak demand vs pool"}

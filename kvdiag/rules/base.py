@@ -17,8 +17,7 @@ from typing import Any, ClassVar
 
 import polars as pl
 
-from kvdiag.analyzer.facts.effective import EngineContext, effective_value
-from kvdiag.analyzer.model import (
+from kvdiag.analyzer.diagnosis import (
     Comparison,
     Evidence,
     Fact,
@@ -30,7 +29,8 @@ from kvdiag.analyzer.model import (
     Severity,
     SourceRef,
 )
-from kvdiag.analyzer.store import StoreReader
+from kvdiag.analyzer.facts.effective import EngineContext, effective_value
+from kvdiag.analyzer.store.database import StoreReader
 
 MAX_EVIDENCE = 8
 EXCERPT_CHARS = 240

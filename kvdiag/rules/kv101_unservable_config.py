@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.model import (
+from kvdiag.analyzer.diagnosis import (
     Comparison,
     Finding,
     IncidentClass,
@@ -16,8 +16,8 @@ from kvdiag.analyzer.model import (
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.vocabulary import vocabulary
-from kvdiag.rules.workload import fmt_tokens
+from kvdiag.rules.support.vocabulary import vocabulary
+from kvdiag.rules.support.workload import fmt_tokens
 
 # Start-up refusals, by wording, for rows whose event name an ingester may spell its own way.
 _NO_BLOCKS = (

@@ -7,14 +7,14 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.model import Comparison, Finding, IncidentClass, Remedy, RuledOut, Severity
+from kvdiag.analyzer.diagnosis import Comparison, Finding, IncidentClass, Remedy, RuledOut, Severity
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.card import card
-from kvdiag.rules.ledger import GIB, fmt_gib
-from kvdiag.rules.load import load_points
-from kvdiag.rules.queries import col_max
-from kvdiag.rules.vocabulary import vocabulary
-from kvdiag.rules.workload import pct
+from kvdiag.rules.support.card import card
+from kvdiag.rules.support.ledger import GIB, fmt_gib
+from kvdiag.rules.support.load_picture import load_points
+from kvdiag.rules.support.queries import col_max
+from kvdiag.rules.support.vocabulary import vocabulary
+from kvdiag.rules.support.workload import pct
 
 
 class MemoryOvercommit(Rule):

@@ -7,11 +7,11 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.model import Comparison, Finding, IncidentClass, Remedy, RuledOut, Severity
+from kvdiag.analyzer.diagnosis import Comparison, Finding, IncidentClass, Remedy, RuledOut, Severity
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.ledger import fmt_gib
-from kvdiag.rules.vocabulary import engine_process_words
-from kvdiag.rules.workload import fmt_tokens
+from kvdiag.rules.support.ledger import fmt_gib
+from kvdiag.rules.support.vocabulary import engine_process_words
+from kvdiag.rules.support.workload import fmt_tokens
 
 
 class GpuImbalance(Rule):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kvdiag.analyzer.model import Finding, Remedy, Severity
+from kvdiag.analyzer.diagnosis import Finding, Remedy, Severity
 from kvdiag.rules.base import Rule, RuleContext
 
 # Refusals that are about the pool belong to KV101 / KV103, which explain them better.

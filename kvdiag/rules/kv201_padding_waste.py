@@ -6,15 +6,15 @@ from collections.abc import Iterable, Iterator
 
 import polars as pl
 
-from kvdiag.analyzer.model import Comparison, Finding, IncidentClass, Remedy, RuledOut, Severity
+from kvdiag.analyzer.diagnosis import Comparison, Finding, IncidentClass, Remedy, RuledOut, Severity
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.demand import slots
-from kvdiag.rules.episodes import best_source
-from kvdiag.rules.load import points_by_replica, usage_evidence
-from kvdiag.rules.queries import col_median
-from kvdiag.rules.radix import evictable_added_back
-from kvdiag.rules.vocabulary import vocabulary
-from kvdiag.rules.workload import Lengths, Pool, fmt_tokens, lengths, pool
+from kvdiag.rules.support.demand import slots
+from kvdiag.rules.support.episodes import best_source
+from kvdiag.rules.support.load_picture import points_by_replica, usage_evidence
+from kvdiag.rules.support.queries import col_median
+from kvdiag.rules.support.radix import evictable_added_back
+from kvdiag.rules.support.vocabulary import vocabulary
+from kvdiag.rules.support.workload import Lengths, Pool, fmt_tokens, lengths, pool
 
 
 class PaddingWaste(Rule):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kvdiag.analyzer.model import (
+from kvdiag.analyzer.diagnosis import (
     Comparison,
     Evidence,
     Finding,
@@ -17,17 +17,17 @@ from kvdiag.analyzer.model import (
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.episodes import best_source, by_time
-from kvdiag.rules.load import (
+from kvdiag.rules.support.episodes import best_source, by_time
+from kvdiag.rules.support.load_picture import (
     load_points,
     point_evidence,
     points_by_replica,
     usage_evidence,
     waiting_evidence,
 )
-from kvdiag.rules.queries import col_max, first_max, prefix_hit_rate
-from kvdiag.rules.vocabulary import Vocabulary, vocabulary
-from kvdiag.rules.workload import Lengths, fmt_tokens, lengths, pct, pool
+from kvdiag.rules.support.queries import col_max, first_max, prefix_hit_rate
+from kvdiag.rules.support.vocabulary import Vocabulary, vocabulary
+from kvdiag.rules.support.workload import Lengths, fmt_tokens, lengths, pct, pool
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import polars as pl
 
-from kvdiag.analyzer.model import (
+from kvdiag.analyzer.diagnosis import (
     Comparison,
     Evidence,
     Finding,
@@ -17,9 +17,9 @@ from kvdiag.analyzer.model import (
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.demand import Demand, trend
-from kvdiag.rules.episodes import best_source, by_time
-from kvdiag.rules.load import (
+from kvdiag.rules.support.demand import Demand, trend
+from kvdiag.rules.support.episodes import best_source, by_time
+from kvdiag.rules.support.load_picture import (
     Preemptions,
     Pressure,
     point_evidence,
@@ -30,10 +30,10 @@ from kvdiag.rules.load import (
     waiting_cited,
     waiting_evidence,
 )
-from kvdiag.rules.peak import saturation_remedies
-from kvdiag.rules.queries import col_max, first_max, histogram_quantile
-from kvdiag.rules.vocabulary import Vocabulary, vocabulary
-from kvdiag.rules.workload import Lengths, Pool, fmt_request, fmt_tokens, lengths, pct, pool
+from kvdiag.rules.support.peak import saturation_remedies
+from kvdiag.rules.support.queries import col_max, first_max, histogram_quantile
+from kvdiag.rules.support.vocabulary import Vocabulary, vocabulary
+from kvdiag.rules.support.workload import Lengths, Pool, fmt_request, fmt_tokens, lengths, pct, pool
 
 
 @dataclass

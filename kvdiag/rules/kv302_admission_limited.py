@@ -7,19 +7,19 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from kvdiag.analyzer.model import Evidence, Finding, IncidentClass, Remedy, RuledOut, Severity
+from kvdiag.analyzer.diagnosis import Evidence, Finding, IncidentClass, Remedy, RuledOut, Severity
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.episodes import Episode, best_source, episodes
-from kvdiag.rules.load import (
+from kvdiag.rules.support.episodes import Episode, best_source, episodes
+from kvdiag.rules.support.load_picture import (
     points_by_replica,
     preemptions,
     pressure,
     usage_evidence,
     waiting_evidence,
 )
-from kvdiag.rules.queries import col_max, gauge
-from kvdiag.rules.vocabulary import vocabulary
-from kvdiag.rules.workload import Lengths, fmt_tokens, lengths, pct, pool
+from kvdiag.rules.support.queries import col_max, gauge
+from kvdiag.rules.support.vocabulary import vocabulary
+from kvdiag.rules.support.workload import Lengths, fmt_tokens, lengths, pct, pool
 
 
 @dataclass

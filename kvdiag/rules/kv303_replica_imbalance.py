@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kvdiag.analyzer.model import (
+from kvdiag.analyzer.diagnosis import (
     Comparison,
     Evidence,
     Finding,
@@ -17,10 +17,10 @@ from kvdiag.analyzer.model import (
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.episodes import best_source
-from kvdiag.rules.load import points_by_replica, usage_evidence, waiting_evidence
-from kvdiag.rules.queries import col_max, first_max, histogram_mean
-from kvdiag.rules.workload import pct
+from kvdiag.rules.support.episodes import best_source
+from kvdiag.rules.support.load_picture import points_by_replica, usage_evidence, waiting_evidence
+from kvdiag.rules.support.queries import col_max, first_max, histogram_mean
+from kvdiag.rules.support.workload import pct
 
 # Settings that change a replica's capacity; replicas that differ here are not comparable.
 CAPACITY_KEYS = (

@@ -6,13 +6,18 @@ from collections.abc import Iterable, Iterator
 
 import polars as pl
 
-from kvdiag.analyzer.model import Evidence, Finding, IncidentClass, RuledOut, Severity
+from kvdiag.analyzer.diagnosis import Evidence, Finding, IncidentClass, RuledOut, Severity
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.demand import Demand
-from kvdiag.rules.load import points_by_replica, preemptions, pressure, usage_evidence
-from kvdiag.rules.queries import col_max, first_max
-from kvdiag.rules.vocabulary import vocabulary
-from kvdiag.rules.workload import fmt_request, fmt_tokens, lengths, pct, pool
+from kvdiag.rules.support.demand import Demand
+from kvdiag.rules.support.load_picture import (
+    points_by_replica,
+    preemptions,
+    pressure,
+    usage_evidence,
+)
+from kvdiag.rules.support.queries import col_max, first_max
+from kvdiag.rules.support.vocabulary import vocabulary
+from kvdiag.rules.support.workload import fmt_request, fmt_tokens, lengths, pct, pool
 
 
 class KvHeadroom(Rule):

@@ -21,10 +21,11 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer import engine, facts
+from kvdiag.analyzer import facts
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.schema import table
-from kvdiag.analyzer.store import Store
+from kvdiag.analyzer.store.database import Store
+from kvdiag.analyzer.verdict import rule_runner
 
 CASES_DIR = Path(__file__).parent / "cases"
 _TYPES = {
@@ -125,12 +126,12 @@ def build_store(case: RuleCase) -> Store:
     return store
 
 
-def run_case(case: RuleCase) -> engine.EngineResult:
+def run_case(case: RuleCase) -> rule_runner.RulesOutcome:
     store = build_store(case)
     try:
         reader = store.reader
         overrides = {f"{case.code}.{k}": float(v) for k, v in case.spec.get("set", {}).items()}
         opts = AnalyzeOptions(incident=Path("."), select=(case.code,), thresholds=overrides)
-        return engine.run_rules(reader, facts.establish(reader), opts)
+        return rule_runner.run_rules(reader, facts.establish(reader), opts)
     finally:
         store.discard()

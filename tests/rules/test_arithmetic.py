@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvdiag.rules import demand, kvbytes, ledger, payload
+from kvdiag.rules.support import demand, kvbytes, ledger, payload
 
 KIB = 1024
 GIB = 2**30

@@ -9,10 +9,10 @@ import polars as pl
 import pytest
 
 from kvdiag.analyzer import facts
-from kvdiag.analyzer.store import Store
+from kvdiag.analyzer.store.database import Store
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.kv301_saturation import KvSaturation
-from kvdiag.rules.load import COLUMNS, _compact, load_points
+from kvdiag.rules.support.load_picture import COLUMNS, _compact, load_points
 
 
 def _points(row_ids: list[int], w_rows: list[int | None]) -> pl.DataFrame:

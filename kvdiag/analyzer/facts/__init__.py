@@ -17,7 +17,7 @@ from kvdiag.analyzer.facts.kv import model_kv_facts, pool_completion_facts
 from kvdiag.analyzer.facts.load import load_facts, preemption_facts
 from kvdiag.analyzer.facts.pool import bytes_per_token, pool_facts
 from kvdiag.analyzer.facts.settings import setting_facts
-from kvdiag.analyzer.store import StoreReader
+from kvdiag.analyzer.store.database import StoreReader
 
 FINDERS: tuple[Callable[[StoreReader, Facts], None], ...] = (
     engine_facts,

@@ -6,7 +6,7 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.model import Fact, SourceRef
+from kvdiag.analyzer.diagnosis import Fact, SourceRef
 
 Facts = dict[str, Fact | tuple[Fact, ...]]
 

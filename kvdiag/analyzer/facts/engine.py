@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from kvdiag.analyzer.diagnosis import Fact, SourceRef
 from kvdiag.analyzer.facts.base import Facts, ref
-from kvdiag.analyzer.model import Fact, SourceRef
-from kvdiag.analyzer.store import StoreReader
+from kvdiag.analyzer.store.database import StoreReader
 
 # The engine that wrote a log row: the kind of the input its file was read as.
 ENGINE_OF_INPUT = "nullif(regexp_extract(kind, '^(vllm|sglang)_log$', 1), '')"

@@ -11,9 +11,9 @@ from typing import Any
 
 import polars as pl
 
+from kvdiag.analyzer.diagnosis import Fact
 from kvdiag.analyzer.facts.base import Facts, ref
-from kvdiag.analyzer.model import Fact
-from kvdiag.analyzer.store import StoreReader
+from kvdiag.analyzer.store.database import StoreReader
 
 
 def _peaks(reader: StoreReader) -> pl.DataFrame:

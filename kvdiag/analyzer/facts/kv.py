@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvdiag.analyzer import kvmath
+from kvdiag.analyzer.diagnosis import Fact, SourceRef
 from kvdiag.analyzer.facts.base import Facts, ref, scoped
 from kvdiag.analyzer.facts.effective import EngineContext
 from kvdiag.analyzer.facts.settings import DEFAULT_REPLICA, config_rows, replicas, setting
-from kvdiag.analyzer.model import Fact, SourceRef
-from kvdiag.analyzer.store import StoreReader
+from kvdiag.analyzer.store.database import StoreReader
+from kvdiag.domain import kvmath
 
 
 def value_for(facts: Facts, name: str, replica: str) -> Any:

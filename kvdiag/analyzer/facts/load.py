@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from kvdiag.analyzer.diagnosis import Fact
 from kvdiag.analyzer.facts.base import Facts, ref
-from kvdiag.analyzer.model import Fact
-from kvdiag.analyzer.store import StoreReader
-from kvdiag.analyzer.timeseries import counter_increase
+from kvdiag.analyzer.store.database import StoreReader
+from kvdiag.domain.timeseries import counter_increase
 
 _LOAD_FACTS: tuple[tuple[str, str, str, str, float], ...] = (
     # fact, canonical metric, stats-line column, unit, stats-line scale to the metric's unit

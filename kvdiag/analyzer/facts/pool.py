@@ -12,10 +12,10 @@ from typing import Any
 
 import polars as pl
 
+from kvdiag.analyzer.diagnosis import Fact
 from kvdiag.analyzer.facts.base import Facts, first_per_replica, ref, scoped, scoped_by
 from kvdiag.analyzer.facts.engine import ENGINE_OF_INPUT
-from kvdiag.analyzer.model import Fact
-from kvdiag.analyzer.store import StoreReader
+from kvdiag.analyzer.store.database import StoreReader
 
 # Pool lines with the engine that printed them, smallest first within (replica, engine).
 _POOL_LINES = (

@@ -14,11 +14,11 @@ from typing import Any
 
 import polars as pl
 
+from kvdiag.analyzer.diagnosis import Fact
 from kvdiag.analyzer.facts.base import Facts, ref, scoped
 from kvdiag.analyzer.facts.effective import Effective, EngineContext, effective_value
 from kvdiag.analyzer.facts.engine import engine_of_replica
-from kvdiag.analyzer.model import Fact
-from kvdiag.analyzer.store import StoreReader
+from kvdiag.analyzer.store.database import StoreReader
 
 DEFAULT_REPLICA = "default"
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from kvdiag.analyzer.ingest.base import Ingester
 from kvdiag.analyzer.ingest.client_requests import ClientRequestsIngester
-from kvdiag.analyzer.ingest.grafana_csv import GrafanaCsvIngester
-from kvdiag.analyzer.ingest.launch_flags import LaunchFlagsIngester
-from kvdiag.analyzer.ingest.model_config import ModelConfigIngester
-from kvdiag.analyzer.ingest.nvidia_smi import NvidiaSmiIngester
-from kvdiag.analyzer.ingest.prom_api import PromApiIngester
-from kvdiag.analyzer.ingest.prom_text import PromTextIngester
-from kvdiag.analyzer.ingest.scrape_log import ScrapeLogIngester
-from kvdiag.analyzer.ingest.sglang_log import SglangLogIngester
-from kvdiag.analyzer.ingest.vllm_log import VllmLogIngester
+from kvdiag.analyzer.ingest.config.launch_flags import LaunchFlagsIngester
+from kvdiag.analyzer.ingest.config.model_config import ModelConfigIngester
+from kvdiag.analyzer.ingest.gpu.nvidia_smi import NvidiaSmiIngester
+from kvdiag.analyzer.ingest.logs.sglang import SglangLogIngester
+from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
+from kvdiag.analyzer.ingest.metrics.api_export import PromApiIngester
+from kvdiag.analyzer.ingest.metrics.exposition import PromTextIngester
+from kvdiag.analyzer.ingest.metrics.grafana_csv import GrafanaCsvIngester
+from kvdiag.analyzer.ingest.metrics.scrape_log import ScrapeLogIngester
 
 INGESTERS: tuple[type[Ingester], ...] = (
     VllmLogIngester,

@@ -19,9 +19,9 @@ from typing import ClassVar, overload
 
 import polars as pl
 
+from kvdiag.analyzer.diagnosis import InputProblem, UnmatchedTemplate
+from kvdiag.analyzer.ingest.metrics.sample_tail import TAIL, whole_line
 from kvdiag.analyzer.ingest.packed import PackedStrings
-from kvdiag.analyzer.model import InputProblem, UnmatchedTemplate
-from kvdiag.analyzer.sample_tail import TAIL, whole_line
 from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
 
 

@@ -12,9 +12,9 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from kvdiag.analyzer.diagnosis import UnmatchedTemplate
 from kvdiag.analyzer.ingest.fieldtypes import INT64_SATURATED
-from kvdiag.analyzer.ingest.lines import open_binary
-from kvdiag.analyzer.model import UnmatchedTemplate
+from kvdiag.analyzer.ingest.text.lines import open_binary
 from kvdiag.analyzer.schema import table
 
 _POLARS: dict[str, Any] = {

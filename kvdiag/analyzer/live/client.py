@@ -21,7 +21,7 @@ from typing import Any
 
 from kvdiag.analyzer.errors import KvdiagError
 from kvdiag.analyzer.exitcodes import ExitCode
-from kvdiag.analyzer.ingest.api_pairs import split_pairs
+from kvdiag.analyzer.ingest.metrics.api_pairs import split_pairs
 
 TOKEN_ENV = "KVDIAG_PROMETHEUS_TOKEN"
 USER_ENV = "KVDIAG_PROMETHEUS_USER"

@@ -23,8 +23,8 @@ from typing import Any
 
 from kvdiag import __version__
 from kvdiag.analyzer.atomic import write_atomic
-from kvdiag.analyzer.ingest.aliases import load_aliases
-from kvdiag.analyzer.ingest.api_pairs import PairArray, compact_pairs
+from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
+from kvdiag.analyzer.ingest.metrics.api_pairs import PairArray, compact_pairs
 from kvdiag.analyzer.live.client import Auth, LiveSourceError, Matrix, PromClient
 from kvdiag.analyzer.live.promql import (
     PLAN,

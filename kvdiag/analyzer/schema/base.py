@@ -18,7 +18,7 @@ class Table:
     doc: str
     columns: tuple[Column, ...]
     # A table kept as a view over others (its SELECT): it is appended to, read and set
-    # aside by name like the rest; the store writes its parts (see store_series.py).
+    # aside by name like the rest; the store writes its parts (see store/series_tables.py).
     view: str | None = None
     # Set on the tables that store a view's rows: what they are part of. They are not
     # appended to, validated or counted on their own.

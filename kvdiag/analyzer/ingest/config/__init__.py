@@ -1,0 +1,1 @@
+"""Configuration: launch command lines and flags, the model's config.json."""

@@ -1,0 +1,215 @@
+"""Server command lines: shell words with their line, the engine they start, its flags.
+
+`vllm serve MODEL --max-model-len 4096 ...`, `python -m vllm.entrypoints.openai.api_server
+--model ...`, `python -m sglang.launch_server --model-path ...`, with `env A=B` or `A=B`
+assignments before them and `\\` continuations. The flags that matter are declared in
+launch_flags.toml (which key, which type); the rest are kept under their own name.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+Word = tuple[str, int]  # a shell word and the 1-based line it stands on
+
+_ASSIGN = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$", re.S)
+_HUMAN_INT = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<suffix>[kKmMgGtT]?)$")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_SHELL_STOP = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>&1", "|&"}
+_NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class FlagSpec:
+    key: str
+    type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One value a launch record states: config key, value as text, engine, line."""
+
+    key: str
+    value: str
+    engine: str | None
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlagTable:
+    flags: dict[str, dict[str, FlagSpec]]  # engine -> spelling (aliases included) -> spec
+    positional: dict[str, str]
+    commands: dict[str, tuple[str, ...]]
+    env: frozenset[str]
+
+
+@cache
+def flag_table() -> FlagTable:
+    """launch_flags.toml, loaded once."""
+    raw = tomllib.loads(
+        resources.files("kvdiag.analyzer.ingest.config").joinpath("launch_flags.toml").read_text()
+    )
+    flags: dict[str, dict[str, FlagSpec]] = {}
+    for engine, spec in raw["engines"].items():
+        table: dict[str, FlagSpec] = {}
+        for name, entry in spec["flags"].items():
+            for spelling in (name, *entry.get("aliases", ())):
+                table[spelling] = FlagSpec(entry["key"], entry["type"])
+        flags[engine] = table
+    return FlagTable(
+        flags,
+        {e: s.get("positional", "") for e, s in raw["engines"].items()},
+        {e: tuple(v) for e, v in raw["commands"].items()},
+        frozenset(raw["env"]),
+    )
+
+
+def human_int(text: str) -> int:
+    """vLLM's human_readable_int: "17M" = 17 x 2**20, "25.6k" = 25,600, "4096" = 4096."""
+    m = _HUMAN_INT.match(text.strip())
+    if not m:
+        raise ValueError(f"not a human-readable integer: {text!r}")
+    num, suffix = m["num"], m["suffix"]
+    if suffix in _DECIMAL:
+        return int(float(num) * _DECIMAL[suffix])
+    if "." in num:
+        raise ValueError(f"decimals need a decimal (lowercase) suffix: {text!r}")
+    return int(num) * _BINARY.get(suffix, 1)
+
+
+_CONVERT: dict[str, Any] = {
+    "float": lambda v: repr(float(v)),
+    "int": lambda v: str(int(v)),
+    "human_int": lambda v: str(human_int(v)),
+    "str": str,
+}
+
+
+def normalise(spec: FlagSpec, value: str) -> str:
+    """The value as the config table stores it; as written when it does not convert."""
+    try:
+        return str(_CONVERT.get(spec.type, str)(value))
+    except ValueError:
+        return value
+
+
+def words(lines: list[tuple[int, str]]) -> list[Word]:
+    """Shell words of numbered lines; a quote left open joins the next lines to it."""
+    out: list[Word] = []
+    pending: list[str] = []
+    start = 0
+    for line_no, text in lines:
+        if not pending:
+            start = line_no
+        stripped = text.rstrip()
+        pending.append(stripped[:-1] if stripped.endswith("\\") else text)
+        try:
+            split = shlex.split("\n".join(pending), comments=False, posix=True)
+        except ValueError:
+            continue  # unbalanced quote: the word goes on on the next line
+        out += [(w, start) for w in split]
+        pending = []
+    if pending:
+        out += [(w, start) for w in " ".join(pending).split()]
+    return out
+
+
+def find_engine(ws: list[Word]) -> tuple[str, int] | None:
+    """(engine, index of its first argument) when the words start a known server."""
+    table = flag_table()
+    plain = [w.rsplit("/", 1)[-1] for w, _ in ws]
+    for i in range(len(plain) - 1):
+        pair = f"{plain[i]} {ws[i + 1][0]}"
+        for engine, forms in table.commands.items():
+            if pair in forms or (
+                plain[i].endswith(".py") and engine in plain[i] and ws[i + 1][0] == "serve"
+            ):
+                return engine, i + 2
+    return None
+
+
+def env_settings(ws: list[Word], engine: str | None) -> list[Setting]:
+    """Assignments before the program (`env A=B`, `A=B cmd`) that launch_flags.toml keeps."""
+    keep = flag_table().env
+    out = []
+    for word, line in ws:
+        m = _ASSIGN.match(word)
+        if m and m["name"] in keep:
+            out.append(Setting(m["name"], m["value"], engine, line))
+    return out
+
+
+def flag_settings(ws: list[Word], engine: str) -> list[Setting]:
+    """Settings of the arguments `ws` (everything after the program) for `engine`."""
+    table = flag_table().flags.get(engine, {})
+    positional = flag_table().positional.get(engine, "")
+    out: list[Setting] = []
+    i = 0
+    while i < len(ws):
+        word, line = ws[i]
+        if word in _SHELL_STOP or word.startswith((">", "2>")):
+            break
+        i += 1
+        if not word.startswith("-") or _NUMBER.match(word):
+            if positional and not any(s.key == positional for s in out):
+                out.append(Setting(positional, word, engine, line))
+            continue
+        name, eq, value = word.lstrip("-").partition("=")
+        name = name.replace("_", "-")
+        spec, negated = table.get(name), False
+        if spec is None and name.startswith("no-") and name[3:] in table:
+            spec, negated = table[name[3:]], True
+        if spec is not None and spec.type in ("bool", "true"):
+            out.append(Setting(spec.key, "False" if negated else "True", engine, line))
+            continue
+        if not eq and i < len(ws) and (not ws[i][0].startswith("-") or _NUMBER.match(ws[i][0])):
+            value, eq = ws[i][0], "="
+            i += 1
+        if spec is None:
+            out.append(Setting(name.replace("-", "_"), value if eq else "True", engine, line))
+        else:
+            out.append(Setting(spec.key, normalise(spec, value), engine, line))
+    return out
+
+
+def command_settings(ws: list[Word]) -> list[Setting] | None:
+    """Everything one command states, or None when it starts no known server.
+
+    A bare argument list (`--max-model-len 4096 ...`, an args file) is read with the
+    flag table that recognises more of its flags.
+    """
+    found = find_engine(ws)
+    if found is not None:
+        engine, at = found
+        return env_settings(ws[:at], engine) + flag_settings(ws[at:], engine)
+    if not ws or not ws[0][0].startswith("--"):
+        return None
+    names = [w.lstrip("-").split("=")[0].replace("_", "-") for w, _ in ws if w.startswith("-")]
+    scores = {e: sum(n in t for n in names) for e, t in flag_table().flags.items()}
+    engine = max(scores, key=lambda e: scores[e])
+    return flag_settings(ws, engine) if scores[engine] else None
+
+
+def non_default_args(message: str) -> list[tuple[str, str]]:
+    """(key, value) pairs of vLLM's `non-default args: {...}` log message, values as text.
+
+    The dict is printed with repr() and its keys are EngineArgs field names, which are the
+    config table's keys already (max_model_len, kv_cache_memory_bytes ...). For the log
+    ingester to store as config rows of origin "log".
+    """
+    start = message.find("{")
+    try:
+        args = ast.literal_eval(message[start:]) if start >= 0 else None
+    except (ValueError, SyntaxError):
+        return []
+    if not isinstance(args, dict):
+        return []
+    return [(str(k), v if isinstance(v, str) else repr(v)) for k, v in args.items()]

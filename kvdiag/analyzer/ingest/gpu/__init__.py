@@ -1,0 +1,1 @@
+"""GPU snapshots: nvidia-smi's table, its query CSV and its XML."""

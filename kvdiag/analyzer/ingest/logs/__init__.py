@@ -1,0 +1,1 @@
+"""Server logs (vLLM, SGLang): format packs as data, triage, vectorised parse, events."""

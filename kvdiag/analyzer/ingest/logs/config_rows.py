@@ -1,0 +1,160 @@
+"""Config rows (key, value, origin) from the events that state configuration.
+
+An event's `config` table maps canonical keys to its fields (vectorised). A `config_dict`
+field holds many settings at once: `non-default args: {...}` (a Python dict literal, read
+with ast.literal_eval) or a launch command (`vllm serve MODEL --flag value ...`). These are
+decoded per matched row; there are a handful per file.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shlex
+from typing import Any
+
+import polars as pl
+
+from kvdiag.analyzer.ingest.logs.format_pack import Event
+
+CONFIG_COLUMNS = (
+    "source_path",
+    "source_line",
+    "raw",
+    "replica",
+    "key",
+    "value",
+    "origin",
+    "engine",
+)
+_SHORT_FLAGS = {
+    "tp": "tensor_parallel_size",
+    "pp": "pipeline_parallel_size",
+    "dp": "data_parallel_size",
+    "q": "quantization",
+}
+# vLLM's CLI renamed a few destinations; config keys use the engine's own names.
+_FLAG_ALIASES = {"kv_cache_memory": "kv_cache_memory_bytes"}
+# vLLM's human_readable_int: lower-case suffixes are decimal, upper-case binary ("32K").
+_HUMAN = re.compile(r"^(\d+(?:\.\d+)?)([kmgtKMGT])$")
+_HUMAN_FACTOR = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_HUMAN_FACTOR |= {k.upper(): 2 ** (10 * (i + 1)) for i, k in enumerate("kmgt")}
+
+
+def python_text(value: Any) -> str:
+    """A value as vLLM prints it: True, None, 0.9, plain strings unquoted."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float) or value is None:
+        return str(value)
+    return json.dumps(value, default=repr)
+
+
+def _pydict(text: str) -> dict[str, Any] | None:
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _number(text: str) -> str:
+    m = _HUMAN.match(text)
+    if m is None:
+        return text
+    return str(int(float(m.group(1)) * _HUMAN_FACTOR[m.group(2)]))
+
+
+def argv_settings(command: str) -> dict[str, str]:
+    """Settings from `vllm serve MODEL --flag value --bool-flag --no-flag ...`."""
+    text = command.replace("\\\n", " ").replace("\n", " ")
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        words = text.split()
+    out: dict[str, str] = {}
+    if len(words) > 2 and words[1] == "serve" and not words[2].startswith("-"):
+        out["model"] = words[2]
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("-") or word in ("-", "--"):
+            continue
+        name, eq, value = word.lstrip("-").partition("=")
+        key = _SHORT_FLAGS.get(name, name.replace("-", "_"))
+        if not eq and i < len(words) and not words[i].startswith("-"):
+            value, eq, i = words[i], "=", i + 1
+        if not eq and key.startswith("no_"):
+            key, value = key[3:], "False"
+        elif not eq:
+            value = "True"
+        out[_FLAG_ALIASES.get(key, key)] = _number(value)
+    return out
+
+
+def decode_dicts(rows: pl.DataFrame, event: Event) -> pl.DataFrame:
+    """Re-encode a pydict field as JSON (so SQL can read it); argv stays as printed."""
+    name = event.config_dict
+    if name is None or event.fields[name] != "pydict":
+        return rows
+    decoded = [_pydict(t) if t is not None else None for t in rows[name].to_list()]
+    text = [json.dumps(d, default=repr) if d is not None else None for d in decoded]
+    return rows.with_columns(pl.Series(name, text, pl.String))
+
+
+def config_rows(rows: pl.DataFrame, event: Event) -> pl.DataFrame | None:
+    """Config rows stated by one event's matched rows (already shaped with provenance)."""
+    parts = [_mapped(rows, event)]
+    if event.config_dict is not None:
+        parts.append(_from_dict(rows, event))
+    frames = [p for p in parts if p is not None and p.height]
+    return pl.concat(frames) if frames else None
+
+
+def _mapped(rows: pl.DataFrame, event: Event) -> pl.DataFrame | None:
+    frames = [
+        rows.filter(pl.col(field).is_not_null()).select(
+            "source_path",
+            "source_line",
+            "raw",
+            "replica",
+            pl.lit(key).alias("key"),
+            pl.col(field).cast(pl.String).alias("value"),
+        )
+        for key, field in event.config.items()
+        if field in rows.columns
+    ]
+    if not frames:
+        return None
+    return pl.concat(frames).with_columns(
+        pl.lit("log").alias("origin"), pl.lit("vllm").alias("engine")
+    )
+
+
+def _from_dict(rows: pl.DataFrame, event: Event) -> pl.DataFrame | None:
+    name = event.config_dict
+    assert name is not None
+    argv = event.fields[name] == "argv"
+    out: list[dict[str, Any]] = []
+    for row in rows.select("source_path", "source_line", "raw", "replica", name).iter_rows(
+        named=True
+    ):
+        text = row.pop(name)
+        if text is None:
+            continue
+        if argv:
+            settings = argv_settings(text)
+        else:
+            settings = {k: python_text(v) for k, v in (json.loads(text) or {}).items()}
+        origin = "cmdline" if argv else "log"
+        out += [
+            row | {"key": k, "value": v, "origin": origin, "engine": "vllm"}
+            for k, v in settings.items()
+        ]
+    if not out:
+        return None
+    return pl.DataFrame(
+        out, schema={c: pl.Int64 if c == "source_line" else pl.String for c in CONFIG_COLUMNS}
+    )

@@ -1,0 +1,107 @@
+"""One batch of log lines through every step, in order.
+
+split glued records -> envelope -> attribute interleaved prefixes -> timestamps ->
+events (with multi-line joins) -> rejoin wrapped lines -> records.
+
+The ingester and the format tests both call `parse_batch`, so a sample line goes through
+exactly the code a real file does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from kvdiag.analyzer.ingest.logs.format_pack import FormatPack
+from kvdiag.analyzer.ingest.logs.parse import (
+    EventRows,
+    apply_envelope,
+    clean_expr,
+    gap_expr,
+    mark_records,
+    match_events,
+)
+from kvdiag.analyzer.ingest.logs.timestamps import YearState, add_timestamps
+from kvdiag.analyzer.ingest.text.repair import (
+    Repairs,
+    attribute_interleaved,
+    rejoin_wrapped,
+    split_glued,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """A parsed batch: one row per piece of a line, and the rows each event matched."""
+
+    frame: pl.DataFrame
+    events: list[EventRows]
+    rejoined: int = 0  # the last `rejoined` entries of events come from rejoined wraps
+
+
+def lines_frame(lines: list[str], first_line: int = 1) -> pl.DataFrame:
+    """A batch as the reader yields it, from in-memory lines (tests, samples)."""
+    return pl.DataFrame(
+        {"line_no": list(range(first_line, first_line + len(lines))), "text": lines},
+        schema={"line_no": pl.Int64, "text": pl.String},
+    )
+
+
+def parse_batch(
+    batch: pl.DataFrame,
+    pack: FormatPack,
+    year: YearState | None = None,
+    repairs: Repairs | None = None,
+) -> Parsed:
+    """Parse a batch (`line_no`, `text`); `year` adds timestamps, `repairs` counts fixes."""
+    repairs = repairs if repairs is not None else Repairs()
+    # Colour codes can sit inside a header, so records are split on the cleaned text.
+    frame = split_glued(batch.with_columns(clean_expr("text").alias("clean")), repairs)
+    frame = apply_envelope(frame.with_columns(gap_expr()), pack)
+    frame = attribute_interleaved(frame, repairs)
+    if year is not None:
+        frame = add_timestamps(frame, year)
+    frame, events = match_events(frame, pack)
+    frame, rejoined = rejoin_wrapped(frame, pack, repairs)
+    frame = mark_records(frame, pack)
+    return Parsed(frame, events + rejoined, len(rejoined))
+
+
+def stamp_events(events: list[EventRows], year: YearState, stamped_lines: int) -> list[EventRows]:
+    """Add `ts` and `ts_raw` to event rows in file order, carrying the year across batches.
+
+    The year advances where months go backwards from one event line to the next: the
+    lines whose times the store keeps. `stamped_lines` (lines the container stamped, over
+    all the lines the batch parsed) is counted by the caller, who saw them all.
+    """
+    saved = year.container_lines
+    if events:
+        keys = pl.concat(
+            [_time_keys(k, rows.frame) for k, rows in enumerate(events)], how="vertical_relaxed"
+        ).sort("line_no", "part", maintain_order=True)
+        times = add_timestamps(keys, year).partition_by("_e", as_dict=True)
+        events = [
+            EventRows(rows.event, rows.frame.hstack(_times(times[(k,)])))
+            for k, rows in enumerate(events)
+        ]
+    year.container_lines = saved + stamped_lines
+    return events
+
+
+def _time_keys(k: int, frame: pl.DataFrame) -> pl.DataFrame:
+    def col(name: str) -> pl.Expr:
+        return pl.col(name) if name in frame.columns else pl.lit(None, pl.String).alias(name)
+
+    return frame.select(
+        pl.lit(k).alias("_e"),
+        pl.int_range(pl.len()).alias("_r"),
+        "line_no",
+        pl.col("part").cast(pl.Int32),
+        *[col(c) for c in ("md", "hms", "cts", "bts")],
+    )
+
+
+def _times(stamped: pl.DataFrame) -> list[pl.Series]:
+    ordered = stamped.sort("_r")
+    return [ordered["ts"], ordered["ts_raw"]]

@@ -1,0 +1,1 @@
+"""Metrics: Prometheus text and OpenMetrics scrapes, API exports, Grafana CSV, aliases."""

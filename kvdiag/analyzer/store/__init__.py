@@ -1,0 +1,1 @@
+"""The store: DuckDB tables, written only here, then checked once before facts and rules."""

@@ -1,0 +1,1 @@
+"""What the rules share: queries on the store, the load picture, layer arithmetic, vocabulary."""

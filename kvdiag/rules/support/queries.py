@@ -1,0 +1,228 @@
+"""Shared read queries for rules: metric series by canonical name, counter increases,
+histogram means. Rules ask for canonical names only (see metric_aliases.toml)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import polars as pl
+
+from kvdiag.domain.timeseries import counter_increase, counter_totals
+from kvdiag.rules.base import RuleContext
+
+__all__ = [
+    "counter",
+    "counter_increase",
+    "counter_total",
+    "first_max",
+    "gauge",
+    "histogram_mean",
+    "histogram_quantile",
+    "of_replica",
+    "prefix_hit_rate",
+    "replica_part",
+    "split_by_replica",
+]
+
+# No provenance: a fleet's gauges and counters are millions of rows, of which evidence cites
+# a few; RuleContext.evidence reads a cited row's file, line and text back by its row id
+# (`sample_row`). A day of scrapes kept ~10 such frames of 86,400 rows through the rules,
+# 140 bytes a row with path, line, `reason` and `le`, 56 without.
+_SAMPLE_COLS = "replica, engine, ts, value, sample_row"
+
+
+def gauge(ctx: RuleContext, metric: str, reason: str | None = None) -> pl.DataFrame:
+    """Samples of a gauge, ordered by replica and time."""
+    where = "metric = ? AND suffix = ''"
+    params: list[Any] = [metric]
+    if reason is not None:
+        where += " AND reason = ?"
+        params.append(reason)
+    query = (
+        f"SELECT {_SAMPLE_COLS} FROM metric_samples WHERE {where} "
+        "ORDER BY replica, engine, ts NULLS FIRST, source_path, source_line"
+    )
+    return ctx.store.memo(("gauge", metric, reason), lambda: ctx.sql(query, params))
+
+
+def counter(ctx: RuleContext, metric: str) -> pl.DataFrame:
+    """Samples of a counter (`_total`), ordered by replica and time."""
+    query = (
+        f"SELECT {_SAMPLE_COLS} FROM metric_samples WHERE metric = ? AND suffix = 'total' "
+        "ORDER BY replica, engine, ts NULLS FIRST, source_path, source_line"
+    )
+    return ctx.store.memo(("counter", metric), lambda: ctx.sql(query, [metric]))
+
+
+def replica_part(
+    ctx: RuleContext, key: Hashable, frame: pl.DataFrame, replica: str
+) -> pl.DataFrame:
+    """The rows of one replica of `frame` (a memoised whole-fleet frame known by `key`).
+
+    The frame is split once, so asking for each replica of a fleet in turn costs one pass.
+    """
+    parts = ctx.store.memo(("parts", key), lambda: split_by_replica(frame))
+    return parts.get(replica, frame.clear())
+
+
+def of_replica(ctx: RuleContext, query: str, replica: str | None) -> pl.DataFrame:
+    """The rows of a whole-store query (read once per analysis), or one replica's of them.
+
+    Row order within a replica is the query's own.
+    """
+    frame = ctx.store.memo(("query", query), lambda: ctx.sql(query))
+    return frame if replica is None else replica_part(ctx, ("query", query), frame, replica)
+
+
+def split_by_replica(frame: pl.DataFrame) -> dict[Any, pl.DataFrame]:
+    """The frame's rows per replica, in replica-name order."""
+    if frame.is_empty():
+        return {}
+    names = frame["replica"].unique()
+    if names.len() == 1:  # one replica (most incidents): no copy of the whole frame
+        return {names[0]: frame}
+    parts = frame.partition_by("replica", as_dict=True)
+    return {key[0]: parts[key] for key in sorted(parts, key=lambda k: (k[0] is None, k[0]))}
+
+
+def histogram_mean(
+    ctx: RuleContext, metric: str, replica: str | None = None
+) -> tuple[float, int] | None:
+    """(mean, count) of a histogram at its last sample per series, or None."""
+    frame = ctx.store.memo(("histogram_mean", metric), lambda: _last_sum_count(ctx, metric))
+    if replica is not None:
+        frame = frame.filter(pl.col("replica") == replica)
+    sums = frame["s"].drop_nulls()
+    s = sums.sum() if sums.len() else None
+    c = frame["c"].drop_nulls().sum()
+    if not c:
+        return None
+    return float(s) / float(c), int(c)  # type: ignore[arg-type]
+
+
+def _last_sum_count(ctx: RuleContext, metric: str) -> pl.DataFrame:
+    """Per replica: the histogram's `_sum` and `_count` at each series' last sample."""
+    return ctx.sql(
+        "WITH last AS (SELECT replica, engine, suffix, arg_max(value, ts) AS v "
+        "FROM metric_samples WHERE metric = ? AND suffix IN ('sum', 'count') "
+        "GROUP BY replica, engine, suffix) "
+        "SELECT replica, sum(v) FILTER (WHERE suffix = 'sum') AS s, "
+        "sum(v) FILTER (WHERE suffix = 'count') AS c FROM last GROUP BY replica",
+        [metric],
+    )
+
+
+def first_max(frame: pl.DataFrame, column: str) -> dict[str, Any] | None:
+    """The first row holding the column's maximum (the moment it was first reached)."""
+    if frame.height == 0 or frame[column].drop_nulls().len() == 0:
+        return None
+    top = frame[column].max()
+    return frame.filter(pl.col(column) == top).row(0, named=True)
+
+
+def counter_total(ctx: RuleContext, metric: str, replica: str | None = None) -> float | None:
+    """A counter's increase over the window (None when it was never scraped)."""
+    if replica is None:
+        series = counter(ctx, metric)
+        return counter_increase(series) if series.height else None
+    return ctx.store.memo(("counter_totals", metric), lambda: _increases(ctx, metric)).get(replica)
+
+
+def _increases(ctx: RuleContext, metric: str) -> dict[Any, float]:
+    """Each replica's increase of a counter: counter_increase over its own series."""
+    series = counter(ctx, metric)
+    if series.is_empty():
+        return {}
+    totals = counter_totals(series, by=("replica",))
+    found = {r: 0.0 for r in series["replica"].unique()}  # as counter_increase: 0 when unsampled
+    return found | {r: float(v) for r, v in totals.select("replica", "increase").iter_rows()}
+
+
+def histogram_quantile(
+    ctx: RuleContext, metric: str, q: float, replica: str | None = None
+) -> float | None:
+    """The q-quantile of a histogram over the window (Prometheus-style interpolation).
+
+    Buckets are cumulative counts since the process started; the window's distribution is
+    the last scrape minus the first (or the last alone when there is one scrape).
+    A minimal local version: the metrics helper is adding windowed quantiles to
+    kvdiag/domain/timeseries.py, and the lead unifies the two.
+    """
+    frame = ctx.store.memo(("bucket_counts", metric), lambda: _bucket_counts(ctx, metric))
+    if replica is not None:
+        frame = frame.filter(pl.col("replica") == replica)
+    else:
+        frame = frame.group_by("le").agg(pl.col("c").sum()).sort("le", nulls_last=True)
+    return _quantile(frame["le"].to_list(), frame["c"].to_list(), q) if frame.height else None
+
+
+def _bucket_counts(ctx: RuleContext, metric: str) -> pl.DataFrame:
+    """Per replica and bucket bound: the count over the window, bounds ascending."""
+    return ctx.sql(
+        "WITH ends AS (SELECT replica, engine, le, "
+        "arg_max(value, ts) AS last, arg_min(value, ts) AS first, count(*) AS n "
+        "FROM metric_samples WHERE metric = ? AND suffix = 'bucket' "
+        "GROUP BY replica, engine, le) "
+        "SELECT replica, le, sum(CASE WHEN n > 1 THEN last - first ELSE last END) AS c "
+        "FROM ends GROUP BY replica, le ORDER BY replica, le",
+        [metric],
+    )
+
+
+def _quantile(bounds: list[float], cumulative: list[float], q: float) -> float | None:
+    total = cumulative[-1] if cumulative else 0
+    if not total:
+        return None
+    rank = q * total
+    prev_bound, prev_count = 0.0, 0.0
+    for bound, count in zip(bounds, cumulative, strict=True):
+        if count >= rank:
+            if bound == float("inf"):
+                return prev_bound  # the last finite bound is all Prometheus can say
+            span = count - prev_count
+            return prev_bound + (bound - prev_bound) * ((rank - prev_count) / span if span else 1)
+        prev_bound, prev_count = bound, count
+    return prev_bound
+
+
+def prefix_hit_rate(ctx: RuleContext, replica: str | None = None) -> float | None:
+    """Prefix-cache hits / queries over the window (tokens): the counters, else SGLang's
+    prefill lines (cached / cached + new prompt tokens); else the last rate a gauge or a stats
+    line printed."""
+    queries = counter_total(ctx, "prefix_cache_queries", replica)
+    hits = counter_total(ctx, "prefix_cache_hits", replica)
+    if queries:
+        return (hits or 0.0) / queries
+    and_replica, params = (" AND replica = ?", [replica]) if replica is not None else ("", [])
+    cached = ctx.sql(
+        "SELECT CAST(sum(cached_tokens) AS DOUBLE) AS c, CAST(sum(new_tokens) AS DOUBLE) AS n "
+        "FROM log_stats "
+        f"WHERE cached_tokens IS NOT NULL AND new_tokens IS NOT NULL{and_replica}",
+        params,
+    ).row(0, named=True)
+    hit, new = float(cached["c"] or 0), float(cached["n"] or 0)
+    if hit + new:
+        return hit / (hit + new)
+    rate = gauge(ctx, "prefix_cache_hit_rate")  # v0's own gauge (0.5.5-0.9.0), SGLang's
+    if replica is not None and rate.height:
+        rate = replica_part(ctx, ("gauge", "prefix_cache_hit_rate", None), rate, replica)
+    if rate.height:
+        return float(rate["value"][-1])
+    frame = ctx.sql(
+        f"SELECT prefix_hit_pct FROM log_stats WHERE prefix_hit_pct IS NOT NULL{and_replica} "
+        "ORDER BY ts DESC NULLS LAST, source_line DESC LIMIT 1",
+        params,
+    )
+    return float(frame.item()) / 100 if frame.height else None
+
+
+def col_max(frame: pl.DataFrame, column: str, default: float = 0.0) -> float:
+    """The column's maximum as a float (`default` for an empty or all-null column)."""
+    value = frame[column].max() if frame.height else None
+    return float(value) if isinstance(value, int | float) else default
+
+
+def col_median(frame: pl.DataFrame, column: str, default: float = 0.0) -> float:
+    value = frame[column].median() if frame.height else None
+    return float(value) if isinstance(value, int | float) else default

@@ -1,0 +1,108 @@
+"""The engine's own words for what a rule says: setting names, flags, nouns, remedy wording.
+
+Rules reason in kvdiag's canonical terms (gpu_memory_utilization, max_num_seqs, preemptions)
+and phrase what they tell the reader through the vocabulary of the engine that ran, so an
+SGLang incident reads `--mem-fraction-static`, `--max-running-requests` and "retractions".
+The words are data (vocabulary.toml); the engine comes from the facts (the folder's engine, or
+the replica's own when a folder holds two).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from kvdiag.analyzer.facts.engine import engine_of_replica
+from kvdiag.rules.base import RuleContext
+
+DEFAULT_ENGINE = "vllm"  # what the rules said before SGLang, and for inputs naming no engine
+
+
+@dataclass(frozen=True, slots=True)
+class ExplicitPool:
+    """A pool size set by the operator: the config key, the flag and its unit."""
+
+    key: str
+    flag: str
+    unit: str  # "bytes" | "tokens"
+
+
+@dataclass(frozen=True, slots=True)
+class Vocabulary:
+    """One engine's words."""
+
+    engine: str
+    label: str
+    process_words: tuple[str, ...]
+    names: Mapping[str, str]
+    flags: Mapping[str, str]
+    words: Mapping[str, str]
+    phrases: Mapping[str, str]
+    explicit_pool: ExplicitPool
+
+    def name(self, setting: str) -> str:
+        """A setting as the engine calls it: max_num_seqs -> max_running_requests."""
+        return self.names[setting]
+
+    def flag(self, setting: str, value: object = None) -> str:
+        """The engine's flag for a setting, with a value when given: --max-num-seqs 24."""
+        flag = self.flags[setting]
+        return flag if value is None else f"{flag} {value}"
+
+    def word(self, key: str) -> str:
+        return self.words[key]
+
+    def phrase(self, key: str) -> str:
+        return self.phrases[key]
+
+    def count(self, n: int, noun: str = "preemption") -> str:
+        """`n` of a noun in the engine's word: 1 retraction, 29 preemptions."""
+        return f"{n} {self.words[noun if n == 1 else noun + 's']}"
+
+
+def _table(raw: object) -> dict[str, str]:
+    assert isinstance(raw, dict), raw
+    return {str(k): str(v) for k, v in raw.items()}
+
+
+def _load(engine: str, raw: dict[str, object]) -> Vocabulary:
+    words = raw["process_words"]
+    assert isinstance(words, list), words
+    return Vocabulary(
+        engine=engine,
+        label=str(raw["label"]),
+        process_words=tuple(str(w) for w in words),
+        names=_table(raw["names"]),
+        flags=_table(raw["flags"]),
+        words=_table(raw["words"]),
+        phrases=_table(raw["phrases"]),
+        explicit_pool=ExplicitPool(**_table(raw["explicit_pool"])),
+    )
+
+
+@cache
+def vocabularies() -> dict[str, Vocabulary]:
+    """Every engine's vocabulary, from vocabulary.toml."""
+    text = resources.files("kvdiag.rules.support").joinpath("vocabulary.toml").read_text()
+    raw = tomllib.loads(text)
+    return {name: _load(name, spec) for name, spec in raw["engines"].items()}
+
+
+def engine_process_words() -> tuple[str, ...]:
+    """Words that mark a process (nvidia-smi, ps) as some engine's own, any engine."""
+    return tuple(w for v in vocabularies().values() for w in v.process_words)
+
+
+def vocabulary(ctx: RuleContext, replica: str | None = None) -> Vocabulary:
+    """The words of the engine that ran (the replica's, when the folder holds several)."""
+    engine = engine_of_replica(ctx.store, ctx.facts, replica or "default")
+    return vocabularies().get(engine or DEFAULT_ENGINE, vocabularies()[DEFAULT_ENGINE])
+
+
+def two_engines(ctx: RuleContext, replica: str) -> bool:
+    """The replica's evidence comes from more than one engine (a side-by-side comparison)."""
+    mixed = isinstance(ctx.facts.get("engine"), tuple)
+    return mixed and engine_of_replica(ctx.store, ctx.facts, replica) is None
