@@ -198,7 +198,7 @@ def test_pack_loader_rejects_bad_packs(text: str, message: str) -> None:
 
 def test_every_bundled_pack_compiles_in_polars_as_loaded() -> None:
     # load_pack leaves the polars check to this test (0.06 s of every run otherwise).
-    formats = resources.files("kvdiag.analyzer.ingest") / "formats"
+    formats = resources.files("kvdiag.analyzer.ingest.logs") / "formats"
     packs = sorted(
         f.name[: -len(".toml")] for f in formats.iterdir() if f.name.endswith("_log.toml")
     )
