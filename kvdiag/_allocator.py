@@ -6,9 +6,9 @@ Polars on Linux allocates through its own jemalloc, which keeps one arena per th
 (8 on two cores) and, as polars configures it, holds freed pages for 0.5 s and then
 lazily-freed ones for another 1 s before the kernel gets them back. kvdiag
 parses batch after batch on worker threads: each batch's pages were kept by the arena that
-parsed it, and the process's peak RSS carried them (1 GB of log: 517 MiB). One arena and
-pages returned after 200 ms: 464 MiB, and no slower (alternating runs, 1 GB of log and a day
-of scrapes; returning them at once cost 25 % more time). See README "Performance".
+parsed it, and the process's peak RSS carried them. One arena and pages returned after
+200 ms lower the peak at no cost in time; returning them at once costs time. The figures
+are in bench/RESULTS.md.
 
 jemalloc reads the variable once, when polars' library is loaded, so this must run before
 `import polars`: it runs from `kvdiag/__init__.py`. Polars appends what the variable holds
@@ -17,15 +17,11 @@ to its own defaults (later options win). A value the user set is kept.
 The C library's malloc (glibc) serves Python's large objects, among them each batch of
 scrape files read and joined (32 MB). Above its mmap threshold (dynamic, at most 32 MiB)
 every such block was a fresh mapping, its pages faulted in one by one and handed back
-when freed: 17,000 page faults a batch, read_batch 74 ms. While ingesting
-(heap_for_batches), the mmap and trim thresholds are 64 MiB, so the block comes from the
-heap and the next batch reuses its pages: 10,700 faults, 62 ms. Then glibc's initial
-thresholds come back and the heap's free memory is handed back: with 64 MiB kept for the
-whole run, the 5 GB log's peak, which comes in the rules, was 478-480 MiB, not 411.
-Measured in alternating runs on 1 Dec: a 5 GB log 63.0 and 62.9 s against 75.4 and 67.6
-(peak 409-411 MiB both ways), a day of scrapes ~1 s less system time (wall within noise,
-30.6-37.2 s against 34.9-38.2; peak 462-483 MiB against 449-456: the block kept for
-reuse), 1 GB of log unchanged.
+when freed. While ingesting (heap_for_batches), the mmap and trim thresholds are 64 MiB,
+so the block comes from the heap and the next batch reuses its pages: fewer page faults,
+faster reads. Then glibc's initial thresholds come back and the heap's free memory is
+handed back, since a block kept for the whole run would raise the peak of a large log,
+which comes later, in the rules.
 """
 
 from __future__ import annotations

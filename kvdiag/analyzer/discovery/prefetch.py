@@ -1,11 +1,10 @@
 """Page-cache hints: tell the kernel which files will be read next (POSIX_FADV_WILLNEED).
 
 The kernel reads ahead within a file, never from one file to the next, so thousands of
-small files read one after another each wait for the disk when they are not in the page
-cache (a folder copied days ago, a network mount): a day of one-second scrapes spent
-9-10 s in discovery and 31 s in reading that way, against 1.7 s and 23 s with the files
-cached. Announced a little ahead, the reads overlap. Where posix_fadvise does not exist
-(macOS, Windows) nothing is announced and nothing else changes.
+small files read one after another each wait for the disk when they are not in the
+page cache (a folder copied days ago, a network mount). Announced a little ahead, the
+reads overlap, and an uncached folder reads about as fast as a cached one. Where
+posix_fadvise does not exist (macOS, Windows) nothing is announced and nothing else changes.
 """
 
 from __future__ import annotations
@@ -50,13 +49,11 @@ def _size(path: str | Path) -> int:
 class HeadPrefetch:
     """For a walk that reads the first bytes of many files, in order.
 
-    Announcing costs an open per file (~3 us in the page cache, where a head's read is
-    ~5 us), so it starts only once reads turn out slow: every `window` files the walk's
-    pace is checked until two windows in a row took over `slow_us` a file; then the files
-    a window ahead are announced to the end of the walk. Discovery's pace over a day of
-    cached scrapes is 12-22 us a file a window (160 in one, with a garbage collection
-    pass); uncached, a peek alone is ~180 us (20,000 scrape files: 3.6 s peeked one by
-    one, 1.2 s announced).
+    Announcing costs an open per file, nearly what a cached head's read costs, so it
+    starts only once reads turn out slow: every `window` files the walk's pace is checked
+    until two windows in a row took over `slow_us` a file; then the files a window ahead
+    are announced to the end of the walk. `slow_us` lies well above a cached walk's pace
+    and well below an uncached peek's (bench/RESULTS.md has both).
     """
 
     def __init__(
@@ -80,9 +77,8 @@ class HeadPrefetch:
         if not self._cold:
             now = time.perf_counter()
             # Not the first window: it holds one-time costs (the first file sniffed loads
-            # every format: 500-700 us a file over that window, in the page cache). And
-            # two slow windows in a row, not one: a garbage collection pass made one
-            # window of a cached walk 160 us a file.
+            # every format). And two slow windows in a row, not one: a garbage collection
+            # pass can make one window of a cached walk slow.
             slow = k > self._window and (now - self._checked_at) / self._window > self._slow_s
             self._cold = slow and self._slow_before
             self._slow_before = slow

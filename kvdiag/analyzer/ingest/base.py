@@ -28,9 +28,9 @@ from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
 class FileList(Sequence[Path]):
     """A unit's files, kept as packed strings and made Paths one at a time when asked for.
 
-    A day of one-second scrapes is one unit of 86,400 files: as Path objects (~490 bytes
-    each, with the parts they cache) they held 42 MiB for the whole run, as strings ~110
-    bytes each but more in the memory they kept from being returned (packed.py).
+    A day of one-second scrapes is one unit of 86,400 files: Path objects (with the parts
+    they cache) are several times the size of their strings, and loose strings keep more
+    memory from being returned than their size (packed.py).
     """
 
     __slots__ = ("_paths",)

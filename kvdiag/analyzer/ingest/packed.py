@@ -1,10 +1,10 @@
 """Many short strings kept as one: the names of a day of scrape files.
 
 A day of one-second scrapes is 86,400 files, each with a path and a name relative to the
-incident folder. As 172,800 str objects they were 15 MB of text, but they were made
-between discovery's temporaries (directory entries, peeks), so the memory those freed
-could not go back to the system: the process stayed 41 MB larger for the whole run than
-with the same text held as two strings.
+incident folder. As 172,800 str objects made between discovery's temporaries (directory
+entries, peeks) they pin the memory those freed, which then cannot go back to the system:
+the process stays larger for the whole run, by more than the text itself, than with the
+same text held as two strings.
 """
 
 from __future__ import annotations

@@ -29,25 +29,25 @@ _CUT = (TAIL,)  # metric_samples: `raw` already cut after the series' head (samp
 
 MEMORY_LIMIT_MB = 128
 # While the store is being written nothing is read: DuckDB's cache only holds the appended
-# blocks it has not yet written out. A lower limit there took 38 MiB off a day of scrapes'
-# peak (578 -> 540 MiB), no slower; queries start from MEMORY_LIMIT_MB once a reader is
-# handed out.
+# blocks it has not yet written out. A lower limit there lowers the peak of a long scrape
+# series at no cost in time; queries start from MEMORY_LIMIT_MB once a reader is handed
+# out.
 APPEND_MEMORY_LIMIT_MB = 64
 # A query whose working set or result outgrows the limit fails with OutOfMemoryException
-# (a fleet's day of counter samples sorted with their provenance needs ~150 MB). It is run
+# (a fleet's day of counter samples sorted with their provenance needs more). It is run
 # again with four times the limit (first with the stage's limit, if it started below it),
 # up to the ceiling; the limit goes back down after it.
 MEMORY_CEILING_MB = 8192
 # DuckDB folds its write-ahead log into the database file every 16 MiB by default, which
-# rewrote the growing tables over and over: 18 s of the 25 s it took to store 1 GB of log.
+# rewrote the growing tables over and over: most of the time it took to store a large log.
 # The store is written once and read after; one checkpoint at the end (or none, for the
 # scratch store) is enough.
 CHECKPOINT_THRESHOLD = "4GB"
 # Appends are gathered per table and inserted together: an INSERT from a registered frame
-# costs DuckDB 5-12 ms of set-up whatever its size, and storing the ~6,000 stats rows of
-# each 8 MB log batch one INSERT at a time kept the main thread busy 2.0 s per 200 MB of
-# log (0.8 s gathered by 25,000). Past either bound, one INSERT; more rows waiting would
-# gain little and hold more memory.
+# costs DuckDB milliseconds of set-up whatever its size, and storing the ~6,000 stats rows
+# of each 8 MB log batch one INSERT at a time kept the main thread busy more than twice as
+# long as gathered. Past either bound, one INSERT; more rows waiting would gain little and
+# hold more memory.
 FLUSH_ROWS = 25_000
 FLUSH_BYTES = 16 << 20
 
@@ -81,7 +81,7 @@ def _detached(frame: pl.DataFrame) -> pl.DataFrame:
     """The frame with its strings copied out of the buffers they share.
 
     A string sliced from a parsed batch keeps that batch's whole text alive (polars string
-    views): 4 batches of stats rows waiting for their insert held 32 MB of log text.
+    views): stats rows waiting for their insert would hold their batches' log text.
     """
     text = [c for c, dtype in frame.schema.items() if dtype == pl.String]
     return frame.with_columns(pl.concat_str(pl.col(c), pl.lit("")).alias(c) for c in text)
@@ -146,12 +146,11 @@ class MemoryLimit:
                 self._set(self.mb)
 
 
-# What the rules hold and what DuckDB caches add up. Frames a reader memoises (a day of
-# stats lines' load points: ~150 MB at 5 GB of log) take their size off the limit queries
-# start from, down to the write-time limit, and a query whose result is that large starts
-# there too: DuckDB's sort space and the result it hands over were both alive at the 5 GB
-# run's peak (465 -> 404 MiB, the same report, rules no slower; at 1 GB the peak is
-# ingestion's and did not move). See MemoryLimit.give_way and StoreReader.sql.
+# What the rules hold and what DuckDB caches add up. Frames a reader memoises (a large
+# log's load points, a row per stats line) take their size off the limit queries start
+# from, down to the write-time limit, and a query whose result is that large starts there
+# too: otherwise DuckDB's sort space and the result it hands over are both alive at a large
+# log's peak. See MemoryLimit.give_way and StoreReader.sql.
 def floor_mb() -> int:
     """The lowest limit reading starts from: the write-time one."""
     return min(APPEND_MEMORY_LIMIT_MB, MEMORY_LIMIT_MB)
@@ -219,8 +218,8 @@ class StoreReader:
         """Whether a declared table holds any row.
 
         Rules ask this before they run, each of the tables it needs: counting metric_samples
-        (a view joining its series to 29 million points for a day of scrapes) took 0.5 s of
-        the rules' 2 s; the first row answers, and the answer is read once.
+        (a view joining its series to tens of millions of points for a day of scrapes) was
+        a large share of the rules' time; the first row answers, and the answer is read once.
         """
         table(table_name)
         return bool(
@@ -354,7 +353,7 @@ class Store:
                 self.flush()
                 if self._final is None:
                     # A scratch store is deleted next: folding its write-ahead log into the
-                    # file on close would be wasted work (1.8 s after 1 GB of log).
+                    # file on close would be wasted work.
                     self._con.execute("PRAGMA disable_checkpoint_on_shutdown")
                 else:
                     # Folded in here, where a failure raises: on close, DuckDB kept quiet

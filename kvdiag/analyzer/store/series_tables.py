@@ -2,10 +2,9 @@
 
 A day of one-second scrapes is tens of millions of samples, each naming its series with the
 same ten columns (replica, metric, name, labels ...) scrape after scrape. Storing those
-strings on every row was most of DuckDB's insert time (2.7 µs a row with them, 0.46 µs
-without, on a batch of real scrape samples), so the store keeps each distinct series once in
-`metric_series` and each sample in `metric_points` with its series' id; the view
-`metric_samples` joins them back, and nearly everything reads that. Two queries read the
+strings on every row was most of DuckDB's insert time, so the store keeps each distinct
+series once in `metric_series` and each sample in `metric_points` with its series' id; the
+view `metric_samples` joins them back, and nearly everything reads that. Two queries read the
 parts (the charts' p99 in facts/chart_series.py, the reset check in timeline.py): they number
 the series from `metric_series` first so that their windows over every point sort integers.
 """
@@ -116,11 +115,11 @@ def _by_series(points: pl.DataFrame) -> pl.DataFrame:
     A scrape holds every series, so points stored in scrape order mix all series in every
     stretch of the table, and a query for one metric reads all of it. Grouped, each stretch
     holds a few series (a metric's are adjacent: SeriesCatalog numbers them in scrape
-    order), and DuckDB skips the rest by their series_id ranges: on a day of scrapes the
-    facts, rules and charts took 5.0-6.2 s instead of 7.8-8.5.
+    order), and DuckDB skips the rest by their series_id ranges, which makes the facts,
+    rules and charts of a long scrape series markedly faster.
     """
-    # On one thread: 5.7 instead of 13.8 ms of CPU a 206,000-point batch (polars' threads
-    # cost more than they share out on two cores, both busy during ingestion).
+    # On one thread: polars' threads cost more CPU than they share out on two cores, both
+    # busy during ingestion.
     return points.sort(_ID, maintain_order=True, multithreaded=False)
 
 

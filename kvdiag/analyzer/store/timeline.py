@@ -182,8 +182,8 @@ def engine_versions(reader: StoreReader) -> Found:
 
 # Each counter sample with the one before it in its series (replica, name, labels), kept
 # where the value fell. The series are numbered from metric_series first, so the window over
-# every point sorts an integer, not each point's strings: 1.0-1.2 -> 0.4 s for a day of
-# 1-s scrapes (29 million points), the same rows.
+# every point sorts an integer, not each point's strings (a day of 1-s scrapes is tens of
+# millions of points).
 _COUNTER_DROPS = """
 WITH k AS (SELECT series_id, dense_rank() OVER (ORDER BY replica, name, series) AS g
            FROM metric_series WHERE suffix = 'total'),
@@ -271,8 +271,8 @@ def duplicate_scrapes(reader: StoreReader) -> Found:
     )
     if dups.is_empty():
         return [], []
-    # Only the moments scraped twice: over every sample this grouping took 23 s for 10,000
-    # scrapes.
+    # Only the moments scraped twice: grouping every sample would cost a pass over all of
+    # them.
     conflicts = reader.sql(
         "WITH d AS (SELECT replica, ts FROM scrapes WHERE origin = 'body' "
         "AND ts IS NOT NULL GROUP BY replica, ts HAVING count(*) > 1) "

@@ -64,7 +64,7 @@ def _log_points(ctx: RuleContext) -> pl.DataFrame:
     # stands for the file's name. A stats line's waiting is on the line itself: no w_row.
     # The columns leave DuckDB compact (replica an enum, counts and row ids 32-bit while
     # they fit): its result is kept as it is handed over, where wide columns narrowed
-    # afterwards held both at once (5 GB of log, 3.7 M stats lines: ~100 MiB more peak).
+    # afterwards held both at once at the peak.
     counts = _narrowest(ctx, "waiting", "running")
     stats = ctx.sql(
         f"SELECT CAST(replica AS {_replica_enum(ctx)}) AS replica, ts, "
@@ -131,18 +131,18 @@ def _load_points(ctx: RuleContext) -> pl.DataFrame:
         return pl.DataFrame()
     if len(parts) == 1:
         # As DuckDB hands it over (a chunk per ~120,000 rows): copying it into one chunk
-        # held two copies at the peak, and the rules' sorts and filters were no slower on
-        # it (5 GB of log: 474 vs 581 MiB, rules 2.2 vs 2.4 s).
+        # held two copies at the peak, and the rules' sorts and filters are no slower on
+        # the chunks.
         return parts[0]
     # Two sources: one chunk, because polars sorted and filtered the chunked concatenation
-    # through a copy of it (+4x its size measured at 0.75 M rows).
+    # through a copy several times its size.
     return pl.concat(parts, how="vertical_relaxed", rechunk=True)
 
 
 def _compact(part: pl.DataFrame) -> pl.DataFrame:
     """The columns in order, the repeated strings as codes: a string is 16 bytes a row in
-    polars, a category 1 to 4 (a day of stats lines: ~80 -> ~50 bytes a point). Row ids
-    take 32 bits while they fit (tables under 4.29 G rows): 28 MiB less at 5 GB of log."""
+    polars, a category 1 to 4. Row ids take 32 bits while they fit (tables under 4.29 G
+    rows)."""
     fits = part.select((pl.col("row_id", "w_row").max() < 2**32).fill_null(True)).row(0)
     ids = [pl.col(c).cast(pl.UInt32) for c, ok in zip(("row_id", "w_row"), fits, strict=True) if ok]
     return part.select(COLUMNS).with_columns(

@@ -51,7 +51,7 @@ class AccessBook:
         )
         # A string taken from a batch can share that batch's whole text buffer: copying
         # the few rows kept lets each batch's text go when the batch is done (without the
-        # copy, a 1 GB log held 1 GB of batches until its end).
+        # copy, every batch of the log stayed alive until its end).
         self._rows = pl.DataFrame(folded.to_dict(as_series=False), schema=folded.schema)
 
     def table(self, rel: str, replica: str) -> pl.DataFrame | None:

@@ -2,7 +2,7 @@
 
 A batch needs nothing from the batches before it except the year, which only event rows
 need: the worker returns event rows without timestamps, and the reader stamps them in
-file order (`logpipeline.stamp_events`). So batches are read two at a time (polars
+file order (`steps.stamp_events`). So batches are read two at a time (polars
 releases the GIL), while the main thread reads ahead and hands rows to the store.
 """
 

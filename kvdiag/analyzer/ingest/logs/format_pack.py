@@ -308,8 +308,8 @@ def parse_pack(text: str, where: str, *, check_polars: bool = True) -> FormatPac
 def load_pack(name: str) -> FormatPack:
     """A pack bundled with kvdiag, e.g. `load_pack("vllm_log")`.
 
-    Its patterns are not compiled in polars here: that took 0.06 s of every run (168
-    patterns in the two packs), and tests/test_formats.py checks the bundled packs so.
+    Its patterns are not compiled in polars here, which every run would pay for;
+    tests/test_formats.py checks the bundled packs so.
     """
     ref = resources.files("kvdiag.analyzer.ingest.logs") / "formats" / f"{name}.toml"
     text = ref.read_text(encoding="utf-8")

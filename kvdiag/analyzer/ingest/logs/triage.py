@@ -1,7 +1,7 @@
 """Decide each log line's fate with cheap tests, so that few lines need the full parse.
 
-The full parse (`logpipeline.parse_batch`) peels every envelope, looks for every event's
-literal, tries variants, joins and repairs: exact, and about 20 MB/s. Most lines of a big
+The full parse (`steps.parse_batch`) peels every envelope, looks for every event's
+literal, tries variants, joins and repairs: exact, and slow. Most lines of a big
 vLLM log have one of a few plain shapes that the full parse always reads the same way,
 so they are decided by one or two anchored DFA tests each:
 
@@ -249,8 +249,8 @@ def _hot_rows(frame: pl.DataFrame, lanes: Lanes) -> tuple[list[EventRows], pl.Se
 
 def _groups(cand: pl.DataFrame, hot: HotEvent) -> pl.DataFrame:
     """Candidate rows with the hot regex's groups (null where it does not match), in row
-    order. Lines of ASCII text go through its ASCII form: 21 ms instead of 30 for the
-    6,300 stats lines of an 8 MB batch."""
+    order. Lines of ASCII text go through its ASCII form, which polars runs faster
+    (ascii_regex.py)."""
 
     def extract(rows: pl.DataFrame, regex: str) -> pl.DataFrame:
         return rows.with_columns(pl.col("text").str.extract_groups(regex).alias("_g"))

@@ -47,7 +47,7 @@ _PAIR_TEXT = r'\[\s*(?P<t>-?[0-9][0-9.eE+-]*)\s*,\s*"(?P<value>[^"\\]*)"\s*\]'
 _PAIR = re.compile(_PAIR_TEXT)  # groups 1 and 2: time and value
 _PAIR_GROUPS = f"(?P<pair>{_PAIR_TEXT})"  # the whole pair too, for polars' extract_groups
 # Samples resolved and stored at a time: a day of a fleet's series is ~700,000 samples in
-# one file, whose store rows (labels, text and query each) took ~900 MB at once. Two of
+# one file, too many store rows (labels, text and query each) to hold at once. Two of
 # DuckDB's row groups (122,880 rows): an insert of less goes through its write-ahead log.
 CHUNK_ROWS = 2 * 122_880
 _SNIFF = re.compile(r'"resultType"\s*:\s*"(?:vector|matrix|scalar|string)"')

@@ -1,7 +1,7 @@
 """Prometheus API JSON read with its sample pairs left as text.
 
 A query_range answer for a day of 200 replicas holds millions of `[t, "v"]` pairs, and
-json.loads makes three Python objects of each (about 1 µs a pair: 5 s for 5 M) only for
+json.loads makes three Python objects of each (seconds for a fleet's day) only for
 kvdiag to turn them back into text (the live source's saved files) or into columns (the
 ingester, which reads them again from the text with polars). `split_pairs` takes every
 `"values": [...]` array whose pairs are all plain out of the text first, parses the rest

@@ -90,8 +90,8 @@ def read_batch(paths: Sequence[Path], rels: Sequence[str]) -> LineBatch:
 
 def _read(path: Path) -> bytes:
     # One open per file (not a sniff then a read): a day of scrapes is 86,400 opens.
-    # Unbuffered, the file is read whole in one call; Path.read_bytes' buffered reader took
-    # 43-50 ms per 620 files against 11-14.
+    # Unbuffered, the file is read whole in one call; Path.read_bytes' buffered reader is
+    # several times slower on small files.
     with open(path, "rb", buffering=0) as file:
         data = file.read()
     data = gzip.decompress(data) if data[:2] == GZIP_MAGIC else data
@@ -112,8 +112,7 @@ def _without_cr(lines: pl.DataFrame, blob: bytes) -> pl.DataFrame:
 
 def _file_starts(lines: pl.DataFrame, blob: bytes, file_sizes: list[int]) -> pl.Series:
     """The first row of each file: from where each line ends when the lines hold the files'
-    bytes exactly, else by counting newlines (a second pass over every byte: 4 s for a day
-    of scrapes).
+    bytes exactly, else by counting newlines (a second pass over every byte).
 
     The reader drops the `\r` of `\r\n` and a leading byte-order mark, and replaces each
     invalid UTF-8 sequence (1 to 3 bytes) with U+FFFD (3 bytes). Without the first two,
@@ -140,10 +139,9 @@ class FileGroup(NamedTuple):
 def batches(files: Sequence[Path], batch_bytes: int = BATCH_BYTES) -> Iterator[FileGroup]:
     """Indices of `files`, grouped so that each group holds about `batch_bytes`.
 
-    Each file is announced to the kernel as it is grouped (prefetch.announce): uncached,
-    12,000 scrape files took 1.74 s to read one by one, and 0.45-0.53 s each batch
-    announced while the one before was read; cached, the open costs ~3 us a file here,
-    on the thread that groups them, not the reader's.
+    Each file is announced to the kernel as it is grouped (prefetch.announce), so that an
+    uncached batch is read from the disk while the one before is parsed; cached, the open
+    is cheap, and it is paid on the thread that groups them, not the reader's.
     """
     group: list[int] = []
     size = 0

@@ -40,8 +40,8 @@ __all__ = [
     "rotation_base",
 ]
 
-# 8 MB of text a batch: a batch parses in ~0.15 s, and two in flight (one per core) plus
-# the one being read stay far below the memory budget.
+# 8 MB of text a batch: a fraction of a second's parse, and two in flight (one per core)
+# plus the one being read stay far below the memory budget.
 BATCH_BYTES = 8 << 20
 # polars' CSV reader splits lines fast; we give it a column separator that cannot occur
 # (it is replaced before parsing) so each line lands whole in one column.
