@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from itertools import pairwise
 
 from kvdiag.analyzer.diagnosis import Series
+from kvdiag.domain.ledger import CUDA_GRAPH, UNATTRIBUTED
 from kvdiag.reports.fmt import fmt_bytes, fmt_quantity, humanise
 from kvdiag.reports.ledger import GpuLedger
 
@@ -288,11 +289,17 @@ def line_charts(
 BAR_LEFT, BAR_RIGHT, BAR_H, BAR_GAP = 150, 14, 26, 18
 
 
+def term_style(key: str) -> str:
+    """The stylesheet's name for a ledger term (its class is m-<name>): the term's key, but
+    for the CUDA graphs, whose class report.css spells m-graphs."""
+    return "graphs" if key == CUDA_GRAPH.key else key
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     x: float
     width: float
-    style: str  # CSS class: m-weights, m-kv_pool, ..., m-unattributed
+    style: str  # CSS class m-<term_style(key)>: m-weights, m-kv_pool, ..., m-unattributed
     label: str
     value: str
     show_value: bool  # wide enough to print the value inside
@@ -327,12 +334,12 @@ def ledger_chart(ledgers: Sequence[GpuLedger]) -> LedgerChart | None:
         parts = [(e.key, e.label, e.bytes) for e in g.entries]
         rest = g.unattributed
         if rest is not None and rest > 0:
-            parts.append(("unattributed", "not attributed", rest))
+            parts.append((UNATTRIBUTED.key, UNATTRIBUTED.bar_label, rest))
         x, segments = float(BAR_LEFT), []
         for key, label, size in parts:
-            w = max(size * scale, 0.0)
+            w, style = max(size * scale, 0.0), f"m-{term_style(key)}"
             segments.append(
-                Segment(round(x, 1), round(w, 1), f"m-{key}", label, fmt_bytes(size), w > 64)
+                Segment(round(x, 1), round(w, 1), style, label, fmt_bytes(size), w > 64)
             )
             x += w
         total = fmt_bytes(g.total) if g.total is not None else "card total unknown"

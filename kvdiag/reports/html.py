@@ -18,8 +18,9 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from kvdiag.analyzer.diagnosis import Diagnosis, Fact
+from kvdiag.domain.ledger import TERMS
 from kvdiag.reports import charts, fmt, view
-from kvdiag.reports.ledger import LEDGER_TERMS, ledger_fact_names, memory_ledgers
+from kvdiag.reports.ledger import ledger_fact_names, memory_ledgers
 from kvdiag.reports.safe import plain
 
 # Facts shown as tiles under the verdict: the numbers an on-call engineer asks for first.
@@ -31,7 +32,6 @@ KEY_FACTS: tuple[tuple[str, str], ...] = (
     ("pool_tokens", "KV pool"),
     ("max_model_len", "max model len"),
 )
-_UNATTRIBUTED = ("unattributed", "not attributed")
 
 
 def _finalize(value: Any) -> Any:
@@ -90,10 +90,10 @@ def key_facts(d: Diagnosis) -> list[tuple[str, str, str]]:
 
 
 def _ledger_legend(chart: charts.LedgerChart | None) -> list[tuple[str, str]]:
-    """Legend entries for the terms some bar shows, in the bars' order."""
+    """(style, label) legend entries for the terms some bar shows, in the bars' order."""
     shown = {s.style for bar in (chart.bars if chart else ()) for s in bar.segments}
-    terms = [*((key, label) for key, label, _ in LEDGER_TERMS), _UNATTRIBUTED]
-    return [(key, label) for key, label in terms if f"m-{key}" in shown]
+    legend = [(charts.term_style(t.key), t.bar_label) for t in TERMS]
+    return [(style, label) for style, label in legend if f"m-{style}" in shown]
 
 
 def render_html(d: Diagnosis) -> str:

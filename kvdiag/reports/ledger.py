@@ -1,9 +1,10 @@
 """The memory ledger per GPU, read from the diagnosis' facts.
 
-The ledger splits a card's memory into what holds it (domain.md §1). Each term is a fact
-name; per-GPU facts carry a ("gpu", index) scope (and ("replica", name) when there are
-several). A fact without a gpu scope holds for every GPU of its replica: engines size the
-same pool on every rank. Terms no fact supplies are listed as absent, never guessed.
+The ledger splits a card's memory into what holds it (domain.md §1); its terms, the fact
+carrying each and their labels are the domain's (kvdiag/domain/ledger.py). Per-GPU facts carry
+a ("gpu", index) scope (and ("replica", name) when there are several). A fact without a gpu
+scope holds for every GPU of its replica: engines size the same pool on every rank. Terms no
+fact supplies are listed as absent, never guessed.
 """
 
 from __future__ import annotations
@@ -12,25 +13,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kvdiag.analyzer.diagnosis import Diagnosis, Fact
+from kvdiag.domain.ledger import CARD_TERMS, TOTAL_FACT, unattributed
 from kvdiag.reports.fmt import to_bytes
 
-# (key, label, fact name); the order is the order of the stacked bar.
-LEDGER_TERMS: tuple[tuple[str, str, str], ...] = (
-    ("weights", "weights", "weights_bytes"),
-    ("kv_pool", "KV pool", "pool_bytes"),
-    ("activation", "activation peak", "activation_bytes"),
-    ("graphs", "CUDA graphs", "cuda_graph_bytes"),
-    ("non_torch", "non-torch (NCCL, context)", "non_torch_bytes"),
-    ("other_processes", "other processes", "other_processes_bytes"),
-    ("free", "free", "gpu_free_bytes"),
-)
-TOTAL_FACT = "gpu_total_bytes"
+# The facts a card's ledger reads: its terms', then the total they balance against.
+_FACTS: tuple[str, ...] = (*(t.fact for t in CARD_TERMS if t.fact is not None), TOTAL_FACT)
 
 
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
-    key: str
-    label: str
+    key: str  # the domain's key of the term
+    label: str  # its bar label
     bytes: float
     source: str  # "path:line" or the fact's note
 
@@ -49,7 +42,7 @@ class GpuLedger:
         """Card memory no term accounts for (None without a total)."""
         if self.total is None:
             return None
-        return self.total - sum(e.bytes for e in self.entries)
+        return unattributed(self.total, (e.bytes for e in self.entries))
 
 
 def _facts(diagnosis: Diagnosis, name: str) -> Iterable[Fact]:
@@ -72,7 +65,7 @@ def _gpu_key(fact: Fact) -> tuple[str, str] | None:
 def _gpus(diagnosis: Diagnosis) -> list[tuple[str, str]]:
     keys = {
         key
-        for name in (TOTAL_FACT, *(t[2] for t in LEDGER_TERMS))
+        for name in _FACTS
         for fact in _facts(diagnosis, name)
         if (key := _gpu_key(fact)) is not None
     }
@@ -94,13 +87,13 @@ def _value_for(diagnosis: Diagnosis, name: str, gpu: tuple[str, str]) -> Fact | 
 
 def _ledger(diagnosis: Diagnosis, gpu: tuple[str, str], multi_replica: bool) -> GpuLedger:
     entries, absent = [], []
-    for key, label, name in LEDGER_TERMS:
-        fact = _value_for(diagnosis, name, gpu)
+    for term in CARD_TERMS:
+        fact = _value_for(diagnosis, term.fact, gpu) if term.fact is not None else None
         size = to_bytes(fact.value, fact.unit) if fact is not None else None
         if fact is None or size is None:
-            absent.append(label)
+            absent.append(term.bar_label)
         else:
-            entries.append(LedgerEntry(key, label, size, _where(fact)))
+            entries.append(LedgerEntry(term.key, term.bar_label, size, _where(fact)))
     total_fact = _value_for(diagnosis, TOTAL_FACT, gpu)
     total = to_bytes(total_fact.value, total_fact.unit) if total_fact else None
     name = f"replica {gpu[0]} · GPU {gpu[1]}" if multi_replica else f"GPU {gpu[1]}"
@@ -116,4 +109,4 @@ def memory_ledgers(diagnosis: Diagnosis) -> tuple[GpuLedger, ...]:
 
 def ledger_fact_names() -> tuple[str, ...]:
     """The fact names the ledger reads, for the report's 'absent' note."""
-    return (*(t[2] for t in LEDGER_TERMS), TOTAL_FACT)
+    return _FACTS

@@ -8,9 +8,10 @@ import polars as pl
 
 from kvdiag.analyzer.diagnosis import Comparison, Finding, IncidentClass, Remedy, RuledOut, Severity
 from kvdiag.analyzer.facts.engine import ENGINE_OF_INPUT
+from kvdiag.domain.ledger import ACTIVATION, CUDA_GRAPH, NON_TORCH, UNATTRIBUTED, term
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.support.card import Card, card
-from kvdiag.rules.support.ledger import TERM_LABELS, Ledger, fmt_gib, nominal_pool_gib, waterfall
+from kvdiag.rules.support.ledger import Ledger, fmt_gib, nominal_pool_gib, waterfall
 from kvdiag.rules.support.load_picture import load_points, points_by_replica, preemptions
 from kvdiag.rules.support.queries import col_max
 from kvdiag.rules.support.vocabulary import two_engines, vocabularies, vocabulary
@@ -182,7 +183,7 @@ class ShrunkenPool(Rule):
         ledger = c.ledger()
         top = ledger.largest_consumer() if ledger else None
         if top is not None:
-            parts.append(f"{TERM_LABELS[top[0]]} took {fmt_gib(top[1])}")
+            parts.append(f"{term(top[0]).finding_label} took {fmt_gib(top[1])}")
         if unreachable and free_gpu is not None:
             parts.append(
                 f"nvidia-smi shows {fmt_gib(free_gpu.free_gib)} free on GPU {free_gpu.index} "
@@ -245,12 +246,12 @@ def _remedies(
     if top is not None:
         name, gib = top
         action = {
-            "activation": words.phrase("shrink_activation"),
-            "cuda_graph": words.phrase("fewer_graphs"),
-            "non_torch": "trim communication buffers (NCCL), unneeded components and profilers",
-            "unattributed": "start the engine on an empty card; stop co-tenant processes",
+            ACTIVATION.key: words.phrase("shrink_activation"),
+            CUDA_GRAPH.key: words.phrase("fewer_graphs"),
+            NON_TORCH.key: "trim communication buffers (NCCL), unneeded components and profilers",
+            UNATTRIBUTED.key: "start the engine on an empty card; stop co-tenant processes",
         }[name]
-        out.append(Remedy(action, f"{TERM_LABELS[name]} took {worth(gib)}"))
+        out.append(Remedy(action, f"{term(name).finding_label} took {worth(gib)}"))
     for label, gib, _ in c.others:
         out.append(Remedy(f"move {label} off this GPU", f"it holds {worth(gib)}"))
     if c.utilization:

@@ -1,29 +1,34 @@
-"""Layer 1 arithmetic: the memory ledger of one GPU (domain.md §1, §3.1).
+"""Layer 1 arithmetic: the memory ledger of one GPU as the start-up log states it.
 
     budget   = card total x gpu_memory_utilization
     KV pool  = budget - weights - activation peak - non-torch - CUDA graphs
 
-When every term is printed the ledger balances by construction; the question is then which
-term ate the budget. When some are not, what is left over is reported as "not attributed"
-(a co-tenant process, a card that was not empty at start, terms the log did not print).
-The *nominal* pool is what the card would give after weights and a normal allowance for
-the other terms; a pool well under it is a shrunken pool.
+The terms, their labels and the balance are the domain's (kvdiag/domain/ledger.py); here is
+what the findings need on top: a ledger in GiB, the judgement of where the CUDA graphs came
+from, the nominal pool and the waterfall. When every term is printed the ledger balances by
+construction; the question is then which term ate the budget. When some are not, what is
+left over is reported as not attributed. The *nominal* pool is what the card would give
+after weights and a normal allowance for the other terms; a pool well under it is shrunken.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-GIB = float(2**30)
-MIB = float(2**20)
-
-TERM_LABELS = {
-    "weights": "model weights",
-    "activation": "activation peak (profiling)",
-    "non_torch": "non-torch memory (NCCL, CUDA context)",
-    "cuda_graph": "CUDA graphs",
-    "unattributed": "not attributed (co-tenant, card not empty at start, unprinted terms)",
-}
+from kvdiag.domain.ledger import (
+    ACTIVATION,
+    BUDGET_TERMS,
+    CUDA_GRAPH,
+    KV_POOL,
+    NON_TORCH,
+    UNATTRIBUTED,
+    WEIGHTS,
+    LedgerTerm,
+    budget,
+    term,
+    unattributed,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +45,7 @@ class Ledger:
 
     @property
     def budget_gib(self) -> float:
-        return self.total_gib * self.utilization
+        return budget(self.total_gib, self.utilization)
 
     @property
     def outside_budget_gib(self) -> float:
@@ -54,28 +59,33 @@ class Ledger:
         if self.cuda_graph_gib is None:
             return False
         inside = [self.weights_gib, self.activation_gib, self.non_torch_gib]
-        rest = self.budget_gib - self.pool_gib - sum(g for g in inside if g is not None)
+        rest = self._left_over(g for g in inside if g is not None)
         return abs(rest) <= 0.1 + 0.01 * self.budget_gib
 
     def terms(self) -> list[tuple[str, float]]:
-        """The non-KV terms the inputs state, then whatever the budget does not account for."""
-        named = [
-            ("weights", self.weights_gib),
-            ("activation", self.activation_gib),
-            ("non_torch", self.non_torch_gib),
-            ("cuda_graph", None if self.graphs_outside else self.cuda_graph_gib),
-        ]
-        out = [(name, gib) for name, gib in named if gib is not None]
-        rest = self.budget_gib - self.pool_gib - sum(gib for _, gib in out)
+        """The non-KV terms the inputs state (by key), then whatever the budget does not
+        account for."""
+        stated: dict[LedgerTerm, float | None] = {
+            WEIGHTS: self.weights_gib,
+            ACTIVATION: self.activation_gib,
+            NON_TORCH: self.non_torch_gib,
+            CUDA_GRAPH: None if self.graphs_outside else self.cuda_graph_gib,
+        }
+        out = [(t.key, gib) for t in BUDGET_TERMS if (gib := stated[t]) is not None]
+        rest = self._left_over(gib for _, gib in out)
         # Rounding in printed GiB leaves a few hundredths; only a real gap is worth a line.
         if rest > 0.05:
-            out.append(("unattributed", rest))
+            out.append((UNATTRIBUTED.key, rest))
         return out
 
     def largest_consumer(self) -> tuple[str, float] | None:
         """The non-weight term that took the most of the budget (weights are the model)."""
-        others = [(n, g) for n, g in self.terms() if n != "weights"]
+        others = [(n, g) for n, g in self.terms() if n != WEIGHTS.key]
         return max(others, key=lambda t: t[1]) if others else None
+
+    def _left_over(self, stated: Iterable[float]) -> float:
+        """What of the budget neither the pool nor the `stated` terms account for."""
+        return unattributed(self.budget_gib - self.pool_gib, stated)
 
 
 def nominal_pool_gib(
@@ -85,7 +95,7 @@ def nominal_pool_gib(
 
     Oracle (domain.md §6): A100-80G, weights about 14 GB, utilization 0.9 -> 50 GB or more.
     """
-    return total_gib * utilization - weights_gib - allowance_frac * total_gib
+    return budget(total_gib, utilization) - weights_gib - allowance_frac * total_gib
 
 
 def waterfall(ledger: Ledger, fraction: str = "gpu_memory_utilization") -> list[tuple[str, float]]:
@@ -93,10 +103,11 @@ def waterfall(ledger: Ledger, fraction: str = "gpu_memory_utilization") -> list[
     engine's name for the utilization (SGLang: mem_fraction_static)."""
     steps: list[tuple[str, float]] = [("card total", ledger.total_gib)]
     steps.append((f"kept outside {fraction} {ledger.utilization:g}", -ledger.outside_budget_gib))
-    steps += [(TERM_LABELS[name], -gib) for name, gib in ledger.terms()]
-    steps.append(("KV pool", ledger.pool_gib))
+    steps += [(term(key).finding_label, -gib) for key, gib in ledger.terms()]
+    steps.append((KV_POOL.finding_label, ledger.pool_gib))
     if ledger.graphs_outside and ledger.cuda_graph_gib is not None:
-        steps.append(("CUDA graphs, from the margin outside the budget", -ledger.cuda_graph_gib))
+        label = f"{CUDA_GRAPH.finding_label}, from the margin outside the budget"
+        steps.append((label, -ledger.cuda_graph_gib))
     return steps
 
 
