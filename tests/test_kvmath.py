@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvdiag.domain import kvmath
-from kvdiag.domain.kvmath import GIB, KIB, KvLayout
+from kvdiag.domain import dtypes, kvmath
+from kvdiag.domain.kvmath import KvLayout
+from kvdiag.domain.units import GIB, KIB
 
 LLAMA2_7B = KvLayout(full_layers=32, kv_heads=32, head_dim=128, dtype="float16")
 LLAMA2_70B = KvLayout(full_layers=80, kv_heads=8, head_dim=128, dtype="float16")
@@ -66,8 +67,8 @@ def test_tensor_parallel_splits_kv_heads_and_replicates_below_one_per_rank() -> 
 def test_fp8_kv_halves_bytes_and_auto_means_the_model_dtype() -> None:
     assert kvmath.kv_bytes_per_token(LLAMA2_7B, kv_dtype="fp8") == 256 * KIB
     assert kvmath.kv_bytes_per_token(LLAMA2_7B, kv_dtype="auto") == 512 * KIB
-    with pytest.raises(ValueError):
-        kvmath.dtype_bytes("mystery8")
+    with pytest.raises(dtypes.UnknownDtype):
+        kvmath.kv_bytes_per_token(LLAMA2_7B, kv_dtype="mystery8")
 
 
 def test_sliding_window_layers_hold_at_most_the_window() -> None:

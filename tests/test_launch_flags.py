@@ -13,6 +13,7 @@ from kvdiag.analyzer.facts.kv import layout_of
 from kvdiag.analyzer.facts.settings import setting
 from kvdiag.analyzer.ingest.config.cmdline import human_int, non_default_args
 from kvdiag.domain import kvmath
+from kvdiag.domain.units import GIB
 from tests.conftest import FIXTURES, fixture_cases
 from tests.ingest_helpers import Ingested, ingest, kind_of, write
 
@@ -106,7 +107,7 @@ def test_pool_from_flags_and_config_agrees_with_the_server_log(path: Path) -> No
     if "kv_cache_memory_bytes" in cfg:
         pool_bytes = int(cfg["kv_cache_memory_bytes"])
     else:
-        pool_bytes = int(cfg["VLLM_CPU_KVCACHE_SPACE"]) * kvmath.GIB
+        pool_bytes = int(cfg["VLLM_CPU_KVCACHE_SPACE"]) * GIB
     tokens = kvmath.pool_tokens_from_bytes(pool_bytes, per_token, int(block.value))
     log = (path.parent / "server.log").read_text()
     printed = _POOL_LINE.search(log)

@@ -2,10 +2,10 @@
 
 Pure functions, no I/O: every formula of ../shared/docs/domain.md §2 and the arithmetic of its
 worked examples (§6), so rules and facts price remedies with one implementation and tests
-check it against the documented oracles.
+check it against the documented oracles. Bytes per element of each dtype are in dtypes.py.
 
 Conventions: bytes are integers (one GPU's share unless said otherwise); "tokens" are token
-slots of the KV pool; a KiB is 1,024 bytes and a GiB 1,024**3.
+slots of the KV pool; byte units are binary (units.py).
 """
 
 from __future__ import annotations
@@ -14,50 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-KIB = 1024
-MIB = 1024**2
-GIB = 1024**3
-
-# Bytes per element of a KV-cache or model dtype, by the names configs and flags use.
-_DTYPE_BYTES: dict[str, float] = {
-    "float32": 4,
-    "float": 4,
-    "fp32": 4,
-    "float16": 2,
-    "half": 2,
-    "fp16": 2,
-    "bfloat16": 2,
-    "bf16": 2,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "fp8_inc": 1,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "int8": 1,
-    "uint8": 1,
-    "fp4_e2m1": 0.5,
-}
-
-
-def dtype_bytes(dtype: str) -> float:
-    """Bytes per element of `dtype` ("bfloat16", "torch.float16", "fp8_e4m3" ...).
-
-    Raises ValueError for a dtype whose size kvdiag does not know (rather than guessing).
-    """
-    name = dtype.strip().lower().removeprefix("torch.")
-    if name not in _DTYPE_BYTES:
-        raise ValueError(f"unknown dtype {dtype!r}: bytes per element not known")
-    return _DTYPE_BYTES[name]
-
-
-def resolve_kv_dtype(kv_cache_dtype: str | None, model_dtype: str | None) -> str:
-    """The dtype the KV cache is stored in: `--kv-cache-dtype`, where "auto" means the model's."""
-    if kv_cache_dtype and kv_cache_dtype.strip().lower() != "auto":
-        return kv_cache_dtype
-    if not model_dtype:
-        raise ValueError("kv_cache_dtype is auto and the model dtype is unknown")
-    return model_dtype
+from kvdiag.domain import dtypes
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,16 +62,20 @@ def kv_heads_per_rank(kv_heads: int, tp: int) -> int:
     return 1
 
 
-def bytes_per_token_per_layer(layout: KvLayout, tp: int = 1, kv_dtype: str | None = None) -> float:
+def bytes_per_token_per_layer(layout: KvLayout, tp: int = 1, kv_dtype: str | None = None) -> int:
     """KV bytes one attention layer keeps per token on one GPU.
 
-    Standard attention: 2 (K and V) x kv_heads/tp x head_dim x bytes. MLA: one latent of
-    (kv_lora_rank + qk_rope_head_dim) x bytes, no factor 2 and identical on every rank.
+    Standard attention: 2 (K and V) x kv_heads/tp x head_dim x bytes (packed formats: the
+    bytes of their head vectors). MLA: one latent of (kv_lora_rank + qk_rope_head_dim)
+    values, no factor 2 and identical on every rank. `kv_dtype` None or "auto": the
+    layout's dtype.
     """
-    size = dtype_bytes(resolve_kv_dtype(kv_dtype, layout.dtype))
+    stored = dtypes.resolve_kv_dtype(kv_dtype, layout.dtype)
     if layout.is_mla:
-        return (int(layout.kv_lora_rank or 0) + int(layout.qk_rope_head_dim or 0)) * size
-    return 2 * kv_heads_per_rank(layout.kv_heads, tp) * layout.head_dim * size
+        latent = int(layout.kv_lora_rank or 0) + int(layout.qk_rope_head_dim or 0)
+        return dtypes.mla_latent_bytes(stored, latent)
+    heads = kv_heads_per_rank(layout.kv_heads, tp)
+    return 2 * heads * dtypes.kv_vector_bytes(stored, layout.head_dim)
 
 
 def kv_bytes_per_token(layout: KvLayout, tp: int = 1, kv_dtype: str | None = None) -> int:
@@ -123,7 +84,7 @@ def kv_bytes_per_token(layout: KvLayout, tp: int = 1, kv_dtype: str | None = Non
     Sliding-window layers count here (they do hold the token); beyond the window only the
     full-attention layers grow, see `kv_bytes_for_tokens`.
     """
-    return round(bytes_per_token_per_layer(layout, tp, kv_dtype) * layout.attention_layers)
+    return bytes_per_token_per_layer(layout, tp, kv_dtype) * layout.attention_layers
 
 
 def kv_bytes_for_tokens(
@@ -135,7 +96,7 @@ def kv_bytes_for_tokens(
     """
     per_layer = bytes_per_token_per_layer(layout, tp, kv_dtype)
     windowed = min(tokens, layout.sliding_window) if layout.sliding_window else tokens
-    return round(per_layer * (layout.full_layers * tokens + layout.sliding_layers * windowed))
+    return per_layer * (layout.full_layers * tokens + layout.sliding_layers * windowed)
 
 
 def demand_bytes(bytes_per_token: int, requests: int, tokens_each: int) -> int:
@@ -148,7 +109,7 @@ def peak_request_tokens(prompt_tokens: int, max_tokens: int) -> int:
     return prompt_tokens + max_tokens
 
 
-def blocks_for_tokens(tokens: int, block_size: int) -> int:
+def blocks_for_tokens(tokens: float, block_size: int) -> int:
     """Blocks a paged pool gives a sequence of `tokens` tokens: whole blocks only."""
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
@@ -198,6 +159,22 @@ def pool_tokens_from_bytes(pool_bytes: int, bytes_per_token: int, block_size: in
     if block_bytes <= 0:
         raise ValueError("bytes_per_token and block_size must be positive")
     return (pool_bytes // block_bytes) * block_size
+
+
+def pool_bytes_for_tokens(tokens: float, bytes_per_token: float) -> float:
+    """Bytes `tokens` token slots of KV take (a pool stated in tokens, or a demand)."""
+    return tokens * bytes_per_token
+
+
+def bytes_per_token_from_pool(pool_bytes: int, pool_tokens: int) -> int:
+    """Bytes per token an engine's pool implies: its bytes over its token slots, rounded down.
+
+    A quotient of two printed numbers (often rounded to 0.01 GiB): the config.json
+    arithmetic above is exact and preferred where a config is at hand.
+    """
+    if pool_tokens <= 0:
+        raise ValueError(f"pool_tokens must be positive, got {pool_tokens}")
+    return pool_bytes // pool_tokens
 
 
 def cards_for(total_bytes: float, card_bytes: float) -> int:

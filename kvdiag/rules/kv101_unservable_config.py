@@ -15,7 +15,10 @@ from kvdiag.analyzer.diagnosis import (
     RuledOut,
     Severity,
 )
+from kvdiag.domain import dtypes, kvmath
+from kvdiag.domain.units import GIB
 from kvdiag.rules.base import Rule, RuleContext, Threshold
+from kvdiag.rules.support.peak import shrink_words
 from kvdiag.rules.support.vocabulary import vocabulary
 from kvdiag.rules.support.workload import fmt_tokens
 
@@ -176,19 +179,21 @@ def _remedies(ctx: RuleContext, want: int, fit: int | None) -> list[Remedy]:
         )
         grow = f"{want / fit:.1f}x what it holds now" if fit else ""
         per_token = ctx.fact_value("kv_bytes_per_token")
-        size = f" (about {want * float(per_token) / 2**30:,.2f} GiB of KV)" if per_token else ""
+        need = kvmath.pool_bytes_for_tokens(want, float(per_token or 0)) / GIB
+        size = f" (about {need:,.2f} GiB of KV)" if per_token else ""
         out.append(
             Remedy(
                 words.phrase("grow_pool"),
                 f"to serve {fmt_tokens(want)} tokens the pool must hold {grow}{size}",
             )
         )
-        if 2 * fit >= want:
+        shrink = dtypes.fp8_shrink_factor(ctx.fact_value("kv_cache_dtype"))
+        if shrink and shrink * fit >= want:
             out.append(
                 Remedy(
                     words.phrase("fp8_kv"),
-                    f"halves bytes per token: the same memory holds about {fmt_tokens(2 * fit)} "
-                    f"tokens, enough for {fmt_tokens(want)}",
+                    f"{shrink_words(shrink)} bytes per token: the same memory holds about "
+                    f"{fmt_tokens(shrink * fit)} tokens, enough for {fmt_tokens(want)}",
                 )
             )
     return out

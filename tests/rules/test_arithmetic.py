@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from kvdiag.rules.support import demand, kvbytes, ledger, payload
+from kvdiag.domain import kvmath
+from kvdiag.domain.kvmath import KvLayout
+from kvdiag.domain.units import GIB, KIB
+from kvdiag.rules.support import demand, ledger, payload
 
-KIB = 1024
-GIB = 2**30
+
+def _per_token(layers: int, kv_heads: int, head_dim: int, dtype: str, tp: int = 1) -> int:
+    layout = KvLayout(full_layers=layers, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype)
+    return kvmath.kv_bytes_per_token(layout, tp)
 
 
 def test_llama2_7b_bytes_per_token_and_a_4k_request() -> None:
-    per_token = kvbytes.bytes_per_token(32, 32, 128, kvbytes.dtype_bytes("float16"))
+    per_token = _per_token(32, 32, 128, "float16")
     assert per_token == 512 * KIB  # K 8 KiB + V 8 KiB per layer, 32 layers
     assert per_token * 4096 == 2 * GIB
     # 32 requests at 2,048 tokens average = 32 GiB, above the 14 GB of weights.
@@ -19,7 +24,7 @@ def test_llama2_7b_bytes_per_token_and_a_4k_request() -> None:
 
 
 def test_70b_gqa_bytes_per_token_and_cards_needed() -> None:
-    per_token = kvbytes.bytes_per_token(80, 8, 128, 2)
+    per_token = _per_token(80, 8, 128, "bfloat16")
     assert per_token == 320 * KIB
     assert per_token * 8192 / GIB == pytest.approx(2.5)
     hundred = 100 * per_token * 8192 / GIB
@@ -28,17 +33,15 @@ def test_70b_gqa_bytes_per_token_and_cards_needed() -> None:
 
 
 def test_tp_splits_kv_heads_but_never_below_one() -> None:
-    assert kvbytes.bytes_per_token(80, 8, 128, 2, tp=4) == 80 * KIB
-    assert kvbytes.bytes_per_token(80, 8, 128, 2, tp=16) == kvbytes.bytes_per_token(
-        80, 8, 128, 2, tp=8
-    )
+    assert _per_token(80, 8, 128, "float16", tp=4) == 80 * KIB
+    assert _per_token(80, 8, 128, "float16", tp=16) == _per_token(80, 8, 128, "float16", tp=8)
 
 
 def test_mla_and_the_real_tiny_model() -> None:
-    assert kvbytes.mla_bytes_per_token(61, 512, 64, 2) == 70_272  # DeepSeek-V3
-    assert kvbytes.bytes_per_token(4, 2, 64, kvbytes.dtype_bytes("bfloat16")) == 2048
-    assert kvbytes.dtype_bytes("fp8_e4m3") == 1
-    assert kvbytes.dtype_bytes("auto") == 2
+    deepseek_v3 = KvLayout(61, 128, 56, "bfloat16", kv_lora_rank=512, qk_rope_head_dim=64)
+    assert kvmath.kv_bytes_per_token(deepseek_v3) == 70_272
+    assert _per_token(4, 2, 64, "bfloat16") == 2048
+    assert _per_token(4, 2, 64, "fp8_e4m3") == 1024
 
 
 def test_pool_of_50_gb_with_long_requests() -> None:

@@ -2,7 +2,9 @@
 
 `kv_bytes_per_token` is computed (kvmath, domain.md §2) for the replica's TP size and KV
 dtype whenever a config.json is present: it is exact, where pool bytes / pool tokens is a
-quotient of two rounded numbers. When the incident states the pool's bytes but not its
+quotient of two rounded numbers. The KV dtype is `--kv-cache-dtype`; under "auto" the
+model's dtype as the engine resolves it (dtypes.auto_model_dtype). Layer 1 prices a pool
+stated in tokens with this same fact. When the incident states the pool's bytes but not its
 tokens (launch flags only, no log or metrics), the tokens are computed in whole blocks.
 """
 
@@ -15,7 +17,8 @@ from kvdiag.analyzer.facts.base import Facts, ref, scoped
 from kvdiag.analyzer.facts.effective import EngineContext
 from kvdiag.analyzer.facts.settings import DEFAULT_REPLICA, config_rows, replicas, setting
 from kvdiag.analyzer.store.database import StoreReader
-from kvdiag.domain import kvmath
+from kvdiag.domain import dtypes, kvmath
+from kvdiag.domain.units import GIB
 
 
 def value_for(facts: Facts, name: str, replica: str) -> Any:
@@ -43,31 +46,12 @@ def layout_of(row: dict[str, Any]) -> kvmath.KvLayout:
     )
 
 
-def _num(x: float) -> str:
-    return f"{x:g}"
-
-
 def derivation(row: dict[str, Any], tp: int, kv_dtype: str) -> str:
     """How the number was computed, in words and numbers, for the fact's note."""
     layout = layout_of(row)
-    size = _num(kvmath.dtype_bytes(kv_dtype))
-    layers = layout.attention_layers
-    if layout.is_mla:
-        text = (
-            f"computed from config.json: ({layout.kv_lora_rank} kv_lora_rank + "
-            f"{layout.qk_rope_head_dim} qk_rope_head_dim) x {layers} layers x {size} bytes "
-            f"({kv_dtype}); MLA latent, the same on every rank"
-        )
-    else:
-        heads = f"{layout.kv_heads}"
-        if tp > 1 and layout.kv_heads >= tp:
-            heads += f"/{tp} (tp)"
-        elif tp > 1:
-            heads = f"1 (of {layout.kv_heads}, replicated over tp {tp})"
-        text = (
-            f"computed from config.json: 2 x {layers} layers x {heads} kv_heads x "
-            f"{layout.head_dim} head_dim x {size} bytes ({kv_dtype})"
-        )
+    text = "computed from config.json: " + (
+        _mla_terms(layout, kv_dtype) if layout.is_mla else _attention_terms(layout, tp, kv_dtype)
+    )
     if layout.sliding_layers:
         text += (
             f"; {layout.sliding_layers} of the layers use a {layout.sliding_window}-token "
@@ -76,6 +60,33 @@ def derivation(row: dict[str, Any], tp: int, kv_dtype: str) -> str:
     if row.get("linear_layers"):
         text += f"; {row['linear_layers']} linear/Mamba layers hold no per-token KV"
     return text
+
+
+def _mla_terms(layout: kvmath.KvLayout, kv_dtype: str) -> str:
+    layers = layout.attention_layers
+    if dtypes.is_packed(kv_dtype):  # DeepSeek sparse MLA: one fixed-size entry per token
+        size = dtypes.mla_latent_bytes(kv_dtype, 0)
+        return f"{layers} layers x {size} bytes ({kv_dtype} entry); MLA, the same on every rank"
+    return (
+        f"({layout.kv_lora_rank} kv_lora_rank + {layout.qk_rope_head_dim} qk_rope_head_dim) "
+        f"x {layers} layers x {dtypes.dense_element_bytes(kv_dtype)} bytes ({kv_dtype}); "
+        "MLA latent, the same on every rank"
+    )
+
+
+def _attention_terms(layout: kvmath.KvLayout, tp: int, kv_dtype: str) -> str:
+    heads = f"{layout.kv_heads}"
+    if tp > 1 and layout.kv_heads >= tp:
+        heads += f"/{tp} (tp)"
+    elif tp > 1:
+        heads = f"1 (of {layout.kv_heads}, replicated over tp {tp})"
+    if dtypes.is_packed(kv_dtype):
+        vector = dtypes.kv_vector_bytes(kv_dtype, layout.head_dim)
+        shape = f"{vector} bytes per {layout.head_dim}-value head vector ({kv_dtype}, packed)"
+    else:
+        size = dtypes.dense_element_bytes(kv_dtype)
+        shape = f"{layout.head_dim} head_dim x {size} bytes ({kv_dtype})"
+    return f"2 x {layout.attention_layers} layers x {heads} kv_heads x {shape}"
 
 
 def _model_for(models: list[dict[str, Any]], replica: str) -> dict[str, Any] | None:
@@ -96,15 +107,14 @@ def model_kv_facts(reader: StoreReader, facts: Facts) -> None:
     if not models:
         return
     found = []
-    for replica in replicas(config_rows(reader), reader):
+    rows = config_rows(reader)
+    for replica in replicas(rows, reader):
         row = _model_for(models, replica)
         if row is None:
             continue
         tp = int(value_for(facts, "tensor_parallel_size", replica) or 1)
         try:
-            kv_dtype = kvmath.resolve_kv_dtype(
-                value_for(facts, "kv_cache_dtype", replica), row["dtype"]
-            )
+            kv_dtype = _kv_dtype(facts, rows, replica, row)
             per_token = kvmath.kv_bytes_per_token(layout_of(row), tp, kv_dtype)
             note = derivation(row, tp, kv_dtype)
         except ValueError:
@@ -113,6 +123,16 @@ def model_kv_facts(reader: StoreReader, facts: Facts) -> None:
             found.append((replica, Fact(per_token, "bytes", ref(row), note)))
     if found:
         facts["kv_bytes_per_token"] = scoped(found)
+
+
+def _kv_dtype(facts: Facts, rows: list[dict[str, Any]], replica: str, model: dict[str, Any]) -> str:
+    """The dtype one replica's KV is stored in; "auto" resolved as the engine resolves it."""
+    stated = value_for(facts, "kv_cache_dtype", replica)
+    if not dtypes.is_auto(stated):
+        return dtypes.resolve_kv_dtype(stated, None)
+    engine = setting("dtype", rows, replica, EngineContext())
+    engine_dtype = engine.value if engine is not None and not engine.is_default else None
+    return dtypes.auto_model_dtype(model["dtype"], engine_dtype)
 
 
 def pool_completion_facts(reader: StoreReader, facts: Facts) -> None:
@@ -125,7 +145,7 @@ def pool_completion_facts(reader: StoreReader, facts: Facts) -> None:
         if pool_bytes is None:
             space = setting("VLLM_CPU_KVCACHE_SPACE", rows, replica, EngineContext())
             if space is not None and space.row is not None:
-                pool_bytes, source = int(float(space.value) * kvmath.GIB), ref(dict(space.row))
+                pool_bytes, source = int(float(space.value) * GIB), ref(dict(space.row))
                 note = f"VLLM_CPU_KVCACHE_SPACE={space.value} GiB"
                 bytes_found.append((replica, Fact(pool_bytes, "bytes", source, note)))
         per_token = value_for(facts, "kv_bytes_per_token", replica)

@@ -16,6 +16,8 @@ from kvdiag.analyzer.diagnosis import Fact
 from kvdiag.analyzer.facts.base import Facts, first_per_replica, ref, scoped, scoped_by
 from kvdiag.analyzer.facts.engine import ENGINE_OF_INPUT
 from kvdiag.analyzer.store.database import StoreReader
+from kvdiag.domain import kvmath
+from kvdiag.domain.units import GIB
 
 # Pool lines with the engine that printed them, smallest first within (replica, engine).
 _POOL_LINES = (
@@ -100,7 +102,10 @@ def bytes_per_token(reader: StoreReader, facts: Facts) -> None:
         return  # computed from the model's config: exact, where this quotient is rounded
     pool_bytes, tokens = facts.get("pool_bytes"), facts.get("pool_tokens")
     if isinstance(pool_bytes, Fact) and isinstance(tokens, Fact) and tokens.value:
-        per_token = int(pool_bytes.value) // int(tokens.value)  # type: ignore[arg-type]
+        per_token = kvmath.bytes_per_token_from_pool(
+            int(pool_bytes.value),  # type: ignore[arg-type]
+            int(tokens.value),
+        )
         facts["kv_bytes_per_token"] = Fact(
             per_token, "bytes", pool_bytes.source, "pool bytes / pool tokens"
         )
@@ -114,11 +119,15 @@ def bytes_per_token(reader: StoreReader, facts: Facts) -> None:
     if lines:
         facts["kv_bytes_per_token"] = scoped_by(
             [
-                (scope, Fact(int(r["gib"] * 2**30) // int(r["tokens"]), "bytes", ref(r), _NOTE))
+                (scope, Fact(_line_bytes_per_token(r), "bytes", ref(r), _NOTE))
                 for scope, r, _ in lines
             ],
             _keep(facts),
         )
+
+
+def _line_bytes_per_token(row: dict[str, Any]) -> int:
+    return kvmath.bytes_per_token_from_pool(int(row["gib"] * GIB), int(row["tokens"]))
 
 
 _NOTE = "pool GiB / pool tokens of one pool line (GiB printed to 0.01)"

@@ -12,10 +12,11 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Evidence
+from kvdiag.analyzer.diagnosis import Evidence, Fact
+from kvdiag.domain import kvmath
+from kvdiag.domain.units import GIB
 from kvdiag.rules.base import RuleContext
-from kvdiag.rules.support.kvbytes import bytes_per_token, dtype_bytes, mla_bytes_per_token
-from kvdiag.rules.support.ledger import GIB, Ledger
+from kvdiag.rules.support.ledger import Ledger
 from kvdiag.rules.support.queries import of_replica
 from kvdiag.rules.support.vocabulary import engine_process_words
 
@@ -141,32 +142,25 @@ def _pool(ctx: RuleContext, replica: str | None, c: Card) -> None:
 
 
 def _pool_from_tokens(ctx: RuleContext, replica: str | None, c: Card) -> None:
-    fact = ctx.fact("pool_tokens", replica)
-    per_token = model_bytes_per_token(ctx, replica)
-    if fact is None or per_token is None or not isinstance(fact.value, int | float):
+    """The pool in tokens times the kv_bytes_per_token fact (facts/kv.py, from config.json).
+
+    The fact every other rule reads: one KV dtype, TP split and layer count, so layer 1's
+    pool and the other layers' cannot disagree.
+    """
+    tokens, per_token = ctx.fact("pool_tokens", replica), ctx.fact("kv_bytes_per_token", replica)
+    if tokens is None or per_token is None:
         return
-    c.pool_gib = float(fact.value) * per_token / GIB
-    c.pool_how = f"{int(fact.value):,} tokens x {per_token:,} bytes per token (config.json)"
+    if not isinstance(tokens.value, int | float) or not isinstance(per_token.value, int):
+        return
+    c.pool_gib = kvmath.pool_bytes_for_tokens(float(tokens.value), per_token.value) / GIB
+    c.pool_how = (
+        f"{int(tokens.value):,} tokens x {per_token.value:,} bytes per token ({_origin(per_token)})"
+    )
 
 
-def model_bytes_per_token(ctx: RuleContext, replica: str | None) -> int | None:
-    """KV bytes per token on one GPU from config.json, the KV dtype and the TP size."""
-    rows = of_replica(ctx, "SELECT * FROM model_config", replica).head(1)
-    if rows.is_empty():
-        return None
-    m = rows.row(0, named=True)
-    kv_dtype = ctx.config("cache_dtype", replica) or ctx.config("kv_cache_dtype", replica)
-    name = str(kv_dtype["value"]) if kv_dtype is not None else "auto"
-    elem = dtype_bytes(m["dtype"] if name == "auto" else name)
-    if m["kv_lora_rank"]:
-        return mla_bytes_per_token(
-            m["num_layers"], m["kv_lora_rank"], m["qk_rope_head_dim"] or 0, elem
-        )
-    if not (m["num_layers"] and m["num_kv_heads"] and m["head_dim"]):
-        return None
-    tp_row = ctx.config("tensor_parallel_size", replica)
-    tp = int(float(tp_row["value"])) if tp_row is not None else 1
-    return bytes_per_token(m["num_layers"], m["num_kv_heads"], m["head_dim"], elem, tp)
+def _origin(fact: Fact) -> str:
+    note = str(fact.note or "")
+    return "config.json" if note.startswith("computed from config.json") else note
 
 
 def _config(ctx: RuleContext, replica: str | None, c: Card) -> None:

@@ -10,12 +10,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvdiag.domain import kvmath
+
 
 def slots(tokens: float, block_size: int | None) -> float:
     """Slots a sequence of `tokens` holds in a paged pool (whole blocks)."""
     if not block_size or block_size <= 1:
         return tokens
-    return math.ceil(tokens / block_size) * block_size
+    return kvmath.blocks_for_tokens(tokens, block_size) * block_size
 
 
 def requests_that_fit(pool: float, per_request: float, block_size: int | None = None) -> int:
@@ -60,7 +62,7 @@ def seqs_cap(pool: float, per_request: float, block_size: int | None = None) -> 
 
 def cards_needed(demand: float, card: float) -> int:
     """Cards of `card` capacity the demand alone fills (KV only, no weights)."""
-    return math.ceil(demand / card) if card > 0 else 0
+    return kvmath.cards_for(demand, card) if card > 0 else 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,10 @@ paged pools round each sequence up to whole blocks (up to block_size - 1 empty s
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from kvdiag.domain import kvmath
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +34,7 @@ def static_batch(lengths: Sequence[int]) -> Payload:
 
 def paged(lengths: Sequence[float], block_size: int) -> Payload:
     """Each sequence rounded up to whole blocks (oracle: 1 token, block 16 -> 15 empty)."""
-    allocated = sum(math.ceil(n / block_size) * block_size for n in lengths)
+    allocated = sum(kvmath.blocks_for_tokens(n, block_size) * block_size for n in lengths)
     return Payload(float(sum(lengths)), float(allocated))
 
 

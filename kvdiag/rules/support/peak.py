@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 from kvdiag.analyzer.diagnosis import Remedy
+from kvdiag.domain import dtypes, kvmath
+from kvdiag.domain.units import MIB
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.support.demand import slots
-from kvdiag.rules.support.ledger import MIB
 from kvdiag.rules.support.vocabulary import Vocabulary, vocabulary
 from kvdiag.rules.support.workload import Lengths, Pool, fmt_tokens
 
@@ -73,16 +74,17 @@ def _pool_remedies(
     ctx: RuleContext, words: Vocabulary, lens: Lengths, pool: Pool, max_concurrent: int
 ) -> list[Remedy]:
     out: list[Remedy] = []
-    dtype = str(ctx.fact_value("kv_cache_dtype") or "auto")
-    if "fp8" not in dtype and "int8" not in dtype:
+    shrink = dtypes.fp8_shrink_factor(ctx.fact_value("kv_cache_dtype"))
+    if shrink:
         per = lens.p95_total or lens.peak
-        now, then = pool.fit(per), int((2 * pool.usable) // slots(per, pool.block_size))
+        now, then = pool.fit(per), int((shrink * pool.usable) // slots(per, pool.block_size))
         which = "p95" if lens.p95_total else "mean"
         out.append(
             Remedy(
                 words.phrase("fp8_kv"),
-                f"halves bytes per token: the same memory holds {fmt_tokens(2 * pool.tokens)} "
-                f"tokens instead of {fmt_tokens(pool.tokens)}, {then} requests at the {which} "
+                f"{shrink_words(shrink)} bytes per token: the same memory holds "
+                f"{fmt_tokens(shrink * pool.tokens)} tokens instead of "
+                f"{fmt_tokens(pool.tokens)}, {then} requests at the {which} "
                 f"length ({fmt_tokens(per)} tokens) instead of {now}",
             )
         )
@@ -112,9 +114,14 @@ def _explicit_size(
     per_token = ctx.fact_value("kv_bytes_per_token")
     if not per_token:
         return None
-    need = need_tokens * float(per_token)
+    need = kvmath.pool_bytes_for_tokens(need_tokens, float(per_token))
     return Remedy(
         f"{words.explicit_pool.flag} {math.ceil(need / MIB)}M",
         f"the pool was set explicitly to {float(explicit['value']) / MIB:,.1f} MiB; "
         f"{peak} at {per_token:,} bytes per token need {need / MIB:,.1f} MiB",
     )
+
+
+def shrink_words(factor: int) -> str:
+    """What an fp8 KV cache does to bytes per token, `factor` times fewer."""
+    return {2: "halves", 4: "quarters"}.get(factor, f"divides by {factor}")
