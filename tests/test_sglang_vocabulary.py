@@ -1,5 +1,5 @@
-"""The vocabulary seam: every engine says everything, with flags its launcher accepts, and no
-rule phrases an engine's flag on its own."""
+"""The vocabulary seam: every engine says everything, each flag a phrase names is one its
+launcher accepts, and no rule phrases an engine's flag on its own."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.facts.effective import defaults_table
-from kvdiag.analyzer.ingest.config.cmdline import flag_table
+from kvdiag.domain.settings import engine_settings
 from kvdiag.rules.support.vocabulary import Vocabulary, vocabularies
 
 RULES = Path(__file__).resolve().parents[1] / "kvdiag" / "rules"
@@ -18,12 +17,7 @@ _FLAG = re.compile(r"--[a-z][a-z0-9]*(?:-[a-z0-9]+)+")
 
 
 def _tables(v: Vocabulary) -> dict[str, set[str]]:
-    return {
-        "names": set(v.names),
-        "flags": set(v.flags),
-        "words": set(v.words),
-        "phrases": set(v.phrases),
-    }
+    return {"words": set(v.words), "phrases": set(v.phrases)}
 
 
 def test_every_engine_defines_every_key() -> None:
@@ -32,37 +26,31 @@ def test_every_engine_defines_every_key() -> None:
     first = _tables(found["vllm"])
     for engine, v in found.items():
         assert _tables(v) == first, engine
+        assert v.explicit_pool.unit in ("bytes", "tokens"), engine
+
+
+def _said(v: Vocabulary) -> set[str]:
+    """Every flag the engine's phrases and explicit pool name."""
+    return set(_FLAG.findall(" ".join([*v.phrases.values(), v.explicit_pool.flag])))
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
-def test_setting_flags_are_flags_the_engine_accepts(engine: str) -> None:
+def test_flags_the_phrases_name_are_flags_the_engine_accepts(engine: str) -> None:
     v = vocabularies()[engine]
-    accepted = flag_table().flags[engine]
-    for setting, flag in [*v.flags.items(), ("explicit pool", v.explicit_pool.flag)]:
-        assert flag.removeprefix("--") in accepted, (engine, setting, flag)
-
-
-def test_sglang_names_are_the_aliases_of_the_canonical_keys() -> None:
-    """What the vocabulary calls a setting is what engine_defaults.toml maps it from."""
-    aliases = defaults_table().aliases
-    for setting, name in vocabularies()["sglang"].names.items():
-        if name == setting:
-            continue
-        own = {a.name for a in aliases.get(setting, ()) if a.engine == "sglang"}
-        if own:
-            assert name in own, (setting, name, own)
+    said = _said(v)
+    assert v.explicit_pool.flag in said and len(said) >= 6
+    unknown = [f for f in sorted(said) if engine_settings()[engine].by_flag(f) is None]
+    assert not unknown, f"{engine} phrases name flags its settings table lacks: {unknown}"
 
 
 def test_one_engines_phrases_never_name_the_others_flags() -> None:
-    found = vocabularies()
-    for engine, v in found.items():
-        said = " ".join([*v.phrases.values(), *v.flags.values(), v.explicit_pool.flag])
-        for other, w in found.items():
+    for engine, v in vocabularies().items():
+        own = {f for s in engine_settings()[engine].settings for f in s.flags}
+        for other in vocabularies():
             if other == engine:
                 continue
-            theirs = set(w.flags.values()) - set(v.flags.values())
-            theirs |= set(_FLAG.findall(" ".join(w.phrases.values()))) - set(_FLAG.findall(said))
-            assert not [f for f in theirs if f in said], (engine, other)
+            theirs = {f for s in engine_settings()[other].settings for f in s.flags} - own
+            assert not _said(v) & theirs, (engine, other, _said(v) & theirs)
 
 
 def _string_literals(path: Path) -> list[str]:
@@ -86,7 +74,7 @@ def _string_literals(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", sorted(RULES.glob("*.py")), ids=lambda p: p.name)
 def test_rules_phrase_flags_through_the_vocabulary(path: Path) -> None:
     flags = [f for s in _string_literals(path) for f in _FLAG.findall(s)]
-    assert not flags, f"{path.name} writes {flags}: take them from vocabulary.toml"
+    assert not flags, f"{path.name} writes {flags}: take them from the vocabulary"
 
 
 def test_counts_read_as_the_engine_says_them() -> None:

@@ -5,8 +5,8 @@ the engine's resolved CacheConfig), then `log` (the engine's own config line), t
 `cmdline` (what was asked for at launch), then the engine's documented default for its
 version (engine_defaults.toml), reported as "default for vLLM 0.32". Values "None" and ""
 count as not stated. Names differ between sources (cache_config_info's `cache_dtype` is
-the flag's `kv_cache_dtype`; SGLang's `tp_size` is `tensor_parallel_size`): the aliases
-table maps them onto one canonical key.
+the flag's `kv_cache_dtype`; SGLang's `tp_size` is `tensor_parallel_size`): the engines'
+settings tables (kvdiag/domain/engine_settings) map them onto one canonical key.
 """
 
 from __future__ import annotations
@@ -19,19 +19,11 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from kvdiag.domain.settings import EngineSetting, aliases
+
 SOURCE_RANK = {"metrics": 0, "log": 1, "cmdline": 2}
 _ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI"}
 _UNSTATED = {"", "None", "none", "null"}
-
-
-@dataclass(frozen=True, slots=True)
-class Alias:
-    name: str
-    engine: str | None = None
-    invert: bool = False
-    # A number standing for a switch: this value means off, any other on (SGLang's
-    # chunked_prefill_size -1 is vLLM's enable_chunked_prefill False).
-    off: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,20 +62,12 @@ class Effective:
         return self.row is None
 
 
-@dataclass(frozen=True, slots=True)
-class DefaultsTable:
-    aliases: Mapping[str, tuple[Alias, ...]]
-    defaults: tuple[Default, ...]
-
-
 @cache
-def defaults_table() -> DefaultsTable:
+def engine_defaults() -> tuple[Default, ...]:
     """engine_defaults.toml, loaded once."""
     text = resources.files("kvdiag.analyzer.facts").joinpath("engine_defaults.toml").read_text()
-    raw = tomllib.loads(text)
-    aliases = {k: tuple(Alias(**a) for a in v) for k, v in raw["aliases"].items()}
     fixed = {"engine", "key", "value", "doc"}
-    defaults = tuple(
+    return tuple(
         Default(
             d["engine"],
             d["key"],
@@ -91,13 +75,8 @@ def defaults_table() -> DefaultsTable:
             d["doc"],
             {k: v for k, v in d.items() if k not in fixed},
         )
-        for d in raw["default"]
+        for d in tomllib.loads(text)["default"]
     )
-    return DefaultsTable(aliases, defaults)
-
-
-def _conditions(entry: Mapping[str, Any], fixed: set[str]) -> dict[str, Any]:
-    return {k: v for k, v in entry.items() if k not in fixed}
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -133,11 +112,10 @@ def default_value(key: str, ctx: EngineContext) -> Effective | None:
     """The engine's default for `key` in this context, or None when kvdiag does not know it.
 
     Defaults are listed under the engine's own name for the setting (SGLang's
-    mem_fraction_static is its gpu_memory_utilization), found through the aliases.
+    mem_fraction_static is its gpu_memory_utilization), found through its settings table.
     """
-    aliases = defaults_table().aliases.get(key, ())
-    names = {key} | {a.name for a in aliases if a.engine == ctx.engine}
-    for d in defaults_table().defaults:
+    names = {key} | {a.name for a in aliases(key) if a.setting.engine == ctx.engine}
+    for d in engine_defaults():
         if d.engine == ctx.engine and d.key in names and _holds(d.conditions, ctx):
             label = _ENGINE_NAMES.get(ctx.engine, ctx.engine)
             where = f" {ctx.version}" if ctx.version else ""
@@ -146,21 +124,23 @@ def default_value(key: str, ctx: EngineContext) -> Effective | None:
 
 
 def _candidates(key: str, rows: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], str]]:
-    """(row, value) pairs stating `key` under its own name or an alias (inverted if need be)."""
-    names = {key: Alias(key)} | {a.name: a for a in defaults_table().aliases.get(key, ())}
+    """(row, value) pairs stating `key` under its own name or an engine's (its value read as
+    the key's: inverted, or a size read as on or off)."""
+    named: dict[str, list[EngineSetting]] = {}
+    for alias in aliases(key):
+        named.setdefault(alias.name, []).append(alias.setting)
     out = []
     for row in rows:
-        alias = names.get(str(row.get("key")))
-        value = str(row.get("value"))
-        if alias is None or value in _UNSTATED:
+        name, value = str(row.get("key")), str(row.get("value"))
+        if value in _UNSTATED:
             continue
-        if alias.engine and row.get("engine") not in (None, alias.engine):
+        if name == key:
+            out.append((row, value))
             continue
-        if alias.invert:
-            value = {"True": "False", "False": "True"}.get(value, value)
-        if alias.off is not None:
-            value = str(value != alias.off)
-        out.append((row, value))
+        engine = row.get("engine")
+        spoken = [s for s in named.get(name, ()) if engine is None or s.engine == engine]
+        if spoken:
+            out.append((row, spoken[0].canonical_value(value)))
     return out
 
 

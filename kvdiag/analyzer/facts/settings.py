@@ -19,6 +19,7 @@ from kvdiag.analyzer.facts.base import Facts, ref, scoped
 from kvdiag.analyzer.facts.effective import Effective, EngineContext, effective_value
 from kvdiag.analyzer.facts.engine import engine_of_replica
 from kvdiag.analyzer.store.database import StoreReader
+from kvdiag.domain.settings import setting_metrics
 
 DEFAULT_REPLICA = "default"
 
@@ -52,8 +53,6 @@ _LOG_ENGINE_KEYS = {
     "dtype": "dtype",
 }
 _WORKER_TP = re.compile(r"Worker_TP(\d+)")
-# Settings SGLang exposes as gauges (the first metrics PR): canonical metric -> its flag's key
-_METRIC_SETTINGS = {"max_running_requests": "max_running_requests", "context_len": "context_length"}
 
 
 class ConfigRows(list[dict[str, Any]]):
@@ -74,7 +73,7 @@ class ConfigRows(list[dict[str, Any]]):
 
 
 def config_rows(reader: StoreReader) -> ConfigRows:
-    """Config rows, the engine config line's values and SGLang's setting gauges as rows."""
+    """Config rows, the engine config line's values and the setting gauges (SGLang's) as rows."""
     return reader.memo("facts.config_rows", lambda: _config_rows(reader))
 
 
@@ -82,15 +81,18 @@ def _config_rows(reader: StoreReader) -> ConfigRows:
     rows = ConfigRows(
         reader.sql("SELECT * FROM config ORDER BY source_path, source_line").to_dicts()
     )
+    stating = setting_metrics()  # a gauge's row is keyed by its engine's name for the setting
     gauges = reader.sql(
         "SELECT *, CAST(CAST(value AS BIGINT) AS VARCHAR) AS _v FROM metric_samples "
-        f"WHERE metric IN ({', '.join('?' for _ in _METRIC_SETTINGS)}) AND suffix = '' "
+        f"WHERE metric IN ({', '.join('?' for _ in stating)}) AND suffix = '' "
         "ORDER BY source_path, source_line",
-        list(_METRIC_SETTINGS),
+        list(stating),
     )
     for r in gauges.to_dicts():
-        key = _METRIC_SETTINGS[r["metric"]]
-        rows.append({**r, "key": key, "value": r["_v"], "origin": "metrics", "engine": "sglang"})
+        own = stating[r["metric"]]
+        rows.append(
+            {**r, "key": own.name, "value": r["_v"], "origin": "metrics", "engine": own.engine}
+        )
     engine_rows = reader.sql("SELECT * FROM log_engine ORDER BY source_path, source_line")
     for r in engine_rows.to_dicts():
         for column, key in _LOG_ENGINE_KEYS.items():
@@ -151,7 +153,7 @@ def engine_context(
     device = stated("device") or {"gpu": "cuda", "cpu": "cpu"}.get(pool_device or "")
     if device is None and gpu["mib"] is not None:
         device = "cuda"
-    tp = stated("tensor_parallel_size") or stated("tp_size")
+    tp = stated("tensor_parallel_size")
     return EngineContext(
         engine=engine,
         version=stated("engine_version"),

@@ -3,8 +3,10 @@
 Rules reason in kvdiag's canonical terms (gpu_memory_utilization, max_num_seqs, preemptions)
 and phrase what they tell the reader through the vocabulary of the engine that ran, so an
 SGLang incident reads `--mem-fraction-static`, `--max-running-requests` and "retractions".
-The words are data (vocabulary.toml); the engine comes from the facts (the folder's engine, or
-the replica's own when a folder holds two).
+A setting's name and flag are the engine's settings table's (kvdiag/domain/engine_settings,
+which the ingester and the facts read too); the words, phrases and remedy wording are
+vocabulary.toml's. The engine comes from the facts (the folder's engine, or the replica's own
+when a folder holds two).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from functools import cache
 from importlib import resources
 
 from kvdiag.analyzer.facts.engine import engine_of_replica
+from kvdiag.domain.settings import EngineSettings, engine_settings
 from kvdiag.rules.base import RuleContext
 
 DEFAULT_ENGINE = "vllm"  # what the rules said before SGLang, and for inputs naming no engine
@@ -37,19 +40,18 @@ class Vocabulary:
     engine: str
     label: str
     process_words: tuple[str, ...]
-    names: Mapping[str, str]
-    flags: Mapping[str, str]
+    settings: EngineSettings
     words: Mapping[str, str]
     phrases: Mapping[str, str]
     explicit_pool: ExplicitPool
 
     def name(self, setting: str) -> str:
         """A setting as the engine calls it: max_num_seqs -> max_running_requests."""
-        return self.names[setting]
+        return self.settings.spoken(setting).name
 
     def flag(self, setting: str, value: object = None) -> str:
         """The engine's flag for a setting, with a value when given: --max-num-seqs 24."""
-        flag = self.flags[setting]
+        flag = self.settings.spoken(setting).flag
         return flag if value is None else f"{flag} {value}"
 
     def word(self, key: str) -> str:
@@ -68,27 +70,28 @@ def _table(raw: object) -> dict[str, str]:
     return {str(k): str(v) for k, v in raw.items()}
 
 
-def _load(engine: str, raw: dict[str, object]) -> Vocabulary:
+def _load(engine: str, raw: dict[str, object], settings: EngineSettings) -> Vocabulary:
     words = raw["process_words"]
     assert isinstance(words, list), words
+    pool = _table(raw["explicit_pool"])
     return Vocabulary(
         engine=engine,
         label=str(raw["label"]),
         process_words=tuple(str(w) for w in words),
-        names=_table(raw["names"]),
-        flags=_table(raw["flags"]),
+        settings=settings,
         words=_table(raw["words"]),
         phrases=_table(raw["phrases"]),
-        explicit_pool=ExplicitPool(**_table(raw["explicit_pool"])),
+        explicit_pool=ExplicitPool(pool["key"], settings.named(pool["key"]).flag, pool["unit"]),
     )
 
 
 @cache
 def vocabularies() -> dict[str, Vocabulary]:
-    """Every engine's vocabulary, from vocabulary.toml."""
+    """Every engine's vocabulary: vocabulary.toml's words with the engine's settings table."""
     text = resources.files("kvdiag.rules.support").joinpath("vocabulary.toml").read_text()
     raw = tomllib.loads(text)
-    return {name: _load(name, spec) for name, spec in raw["engines"].items()}
+    tables = engine_settings()
+    return {name: _load(name, spec, tables[name]) for name, spec in raw["engines"].items()}
 
 
 def engine_process_words() -> tuple[str, ...]:

@@ -2,8 +2,10 @@
 
 `vllm serve MODEL --max-model-len 4096 ...`, `python -m vllm.entrypoints.openai.api_server
 --model ...`, `python -m sglang.launch_server --model-path ...`, with `env A=B` or `A=B`
-assignments before them and `\\` continuations. The flags that matter are declared in
-launch_flags.toml (which key, which type); the rest are kept under their own name.
+assignments before them and `\\` continuations. Which flag sets which setting, and its
+type, is the engines' settings table (kvdiag/domain/engine_settings); flags it does not list
+are kept under their own name. How a command names its engine, and the environment variables
+worth keeping, are launch_flags.toml's.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from kvdiag.domain.settings import EngineSetting, EngineSettings, engine_settings, flag_word
+
 Word = tuple[str, int]  # a shell word and the 1-based line it stands on
 
 _ASSIGN = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$", re.S)
@@ -25,12 +29,6 @@ _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _SHELL_STOP = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>&1", "|&"}
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
-
-
-@dataclass(frozen=True, slots=True)
-class FlagSpec:
-    key: str
-    type: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,32 +42,18 @@ class Setting:
 
 
 @dataclass(frozen=True, slots=True)
-class FlagTable:
-    flags: dict[str, dict[str, FlagSpec]]  # engine -> spelling (aliases included) -> spec
-    positional: dict[str, str]
-    commands: dict[str, tuple[str, ...]]
-    env: frozenset[str]
+class LaunchTable:
+    commands: dict[str, tuple[str, ...]]  # engine -> how a command line starts it
+    env: frozenset[str]  # environment variables worth keeping
 
 
 @cache
-def flag_table() -> FlagTable:
+def launch_table() -> LaunchTable:
     """launch_flags.toml, loaded once."""
     raw = tomllib.loads(
         resources.files("kvdiag.analyzer.ingest.config").joinpath("launch_flags.toml").read_text()
     )
-    flags: dict[str, dict[str, FlagSpec]] = {}
-    for engine, spec in raw["engines"].items():
-        table: dict[str, FlagSpec] = {}
-        for name, entry in spec["flags"].items():
-            for spelling in (name, *entry.get("aliases", ())):
-                table[spelling] = FlagSpec(entry["key"], entry["type"])
-        flags[engine] = table
-    return FlagTable(
-        flags,
-        {e: s.get("positional", "") for e, s in raw["engines"].items()},
-        {e: tuple(v) for e, v in raw["commands"].items()},
-        frozenset(raw["env"]),
-    )
+    return LaunchTable({e: tuple(v) for e, v in raw["commands"].items()}, frozenset(raw["env"]))
 
 
 def human_int(text: str) -> int:
@@ -93,7 +77,7 @@ _CONVERT: dict[str, Any] = {
 }
 
 
-def normalise(spec: FlagSpec, value: str) -> str:
+def normalise(spec: EngineSetting, value: str) -> str:
     """The value as the config table stores it; as written when it does not convert."""
     try:
         return str(_CONVERT.get(spec.type, str)(value))
@@ -124,11 +108,10 @@ def words(lines: list[tuple[int, str]]) -> list[Word]:
 
 def find_engine(ws: list[Word]) -> tuple[str, int] | None:
     """(engine, index of its first argument) when the words start a known server."""
-    table = flag_table()
     plain = [w.rsplit("/", 1)[-1] for w, _ in ws]
     for i in range(len(plain) - 1):
         pair = f"{plain[i]} {ws[i + 1][0]}"
-        for engine, forms in table.commands.items():
+        for engine, forms in launch_table().commands.items():
             if pair in forms or (
                 plain[i].endswith(".py") and engine in plain[i] and ws[i + 1][0] == "serve"
             ):
@@ -138,7 +121,7 @@ def find_engine(ws: list[Word]) -> tuple[str, int] | None:
 
 def env_settings(ws: list[Word], engine: str | None) -> list[Setting]:
     """Assignments before the program (`env A=B`, `A=B cmd`) that launch_flags.toml keeps."""
-    keep = flag_table().env
+    keep = launch_table().env
     out = []
     for word, line in ws:
         m = _ASSIGN.match(word)
@@ -149,8 +132,8 @@ def env_settings(ws: list[Word], engine: str | None) -> list[Setting]:
 
 def flag_settings(ws: list[Word], engine: str) -> list[Setting]:
     """Settings of the arguments `ws` (everything after the program) for `engine`."""
-    table = flag_table().flags.get(engine, {})
-    positional = flag_table().positional.get(engine, "")
+    table = engine_settings().get(engine)
+    positional = table.positional() if table is not None else None
     out: list[Setting] = []
     i = 0
     while i < len(ws):
@@ -159,25 +142,36 @@ def flag_settings(ws: list[Word], engine: str) -> list[Setting]:
             break
         i += 1
         if not word.startswith("-") or _NUMBER.match(word):
-            if positional and not any(s.key == positional for s in out):
-                out.append(Setting(positional, word, engine, line))
+            if positional and not any(s.key == positional.name for s in out):
+                out.append(Setting(positional.name, word, engine, line))
             continue
-        name, eq, value = word.lstrip("-").partition("=")
-        name = name.replace("_", "-")
-        spec, negated = table.get(name), False
-        if spec is None and name.startswith("no-") and name[3:] in table:
-            spec, negated = table[name[3:]], True
-        if spec is not None and spec.type in ("bool", "true"):
-            out.append(Setting(spec.key, "False" if negated else "True", engine, line))
+        name, eq, value = word.partition("=")
+        spec, negated = _flag(table, name)
+        if spec is not None and spec.is_switch:
+            out.append(Setting(spec.name, "False" if negated else "True", engine, line))
             continue
         if not eq and i < len(ws) and (not ws[i][0].startswith("-") or _NUMBER.match(ws[i][0])):
             value, eq = ws[i][0], "="
             i += 1
         if spec is None:
-            out.append(Setting(name.replace("-", "_"), value if eq else "True", engine, line))
+            key = flag_word(name).replace("-", "_")
+            out.append(Setting(key, value if eq else "True", engine, line))
         else:
-            out.append(Setting(spec.key, normalise(spec, value), engine, line))
+            out.append(Setting(spec.name, normalise(spec, value), engine, line))
     return out
+
+
+def _flag(table: EngineSettings | None, name: str) -> tuple[EngineSetting | None, bool]:
+    """(the setting a flag sets, whether it is its `--no-` form); (None, False) when unknown."""
+    if table is None:
+        return None, False
+    spec = table.by_flag(name)
+    word = flag_word(name)
+    if spec is None and word.startswith("no-"):
+        negated = table.by_flag(word[3:])
+        if negated is not None:
+            return negated, True
+    return spec, False
 
 
 def command_settings(ws: list[Word]) -> list[Setting] | None:
@@ -192,9 +186,10 @@ def command_settings(ws: list[Word]) -> list[Setting] | None:
         return env_settings(ws[:at], engine) + flag_settings(ws[at:], engine)
     if not ws or not ws[0][0].startswith("--"):
         return None
-    names = [w.lstrip("-").split("=")[0].replace("_", "-") for w, _ in ws if w.startswith("-")]
-    scores = {e: sum(n in t for n in names) for e, t in flag_table().flags.items()}
-    engine = max(scores, key=lambda e: scores[e])
+    names = [flag_word(w.split("=")[0]) for w, _ in ws if w.startswith("-")]
+    known = {e: t.flag_words() for e, t in engine_settings().items()}
+    scores = {e: sum(n in flags for n in names) for e, flags in known.items()}
+    engine = max(scores, key=lambda e: scores[e])  # a tie goes to the first engine (vLLM)
     return flag_settings(ws, engine) if scores[engine] else None
 
 

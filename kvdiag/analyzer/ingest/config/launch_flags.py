@@ -29,7 +29,7 @@ from kvdiag.analyzer.ingest.config.cmdline import (
     Word,
     command_settings,
     env_settings,
-    flag_table,
+    launch_table,
     words,
 )
 from kvdiag.analyzer.ingest.config.model_config import (
@@ -224,7 +224,7 @@ def _json(record: _Record, obj: Any, first: int, count: int) -> None:
     elif "version" in heading:
         _versions(record, obj, first, count)
     elif "env" in heading:
-        keep = flag_table().env
+        keep = launch_table().env
         for name, value in obj.items():
             if name in keep:
                 line = _key_line(lines, first, count, name)

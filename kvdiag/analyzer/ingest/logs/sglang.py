@@ -10,7 +10,7 @@ prints differently:
 - the rank suffix of SGLang's header (` TP13`, ` DP1 TP0 EP0`) is the process, without the
   space that separates it from the time;
 - configuration rows are SGLang's (`engine` "sglang"), so its own names (tp_size, page_size,
-  max_running_requests) resolve through the aliases of facts/engine_defaults.toml.
+  max_running_requests) resolve through SGLang's table in kvdiag/domain/engine_settings.
 """
 
 from __future__ import annotations
