@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import tarfile
 import zipfile
 from pathlib import Path
 
 from kvdiag.analyzer.discovery.archive import Limits, unpack
 from kvdiag.analyzer.exitcodes import ExitCode
-from tests.conftest import FIXTURES, analyze_json, run_cli
+from tests.conftest import FIXTURES, ROOT, analyze_json, run_cli
 
 SATURATION = FIXTURES / "vllm-b-saturation" / "incident"
+# 20 MiB of zeros gzip to ~20 kB: past the 250:1 ratio after about 6 MB. A tar header
+# carries no compressed size, so only the copy can see it.
+ZEROS = b"\0" * (20 << 20)
+README = (ROOT / "README.md").read_text()
+BOMB_REFUSED = (
+    r"extraction stopped: expands beyond [0-9,]+ bytes "
+    r"\(ratio limit 250:1 or total limit 34,359,738,368\)"
+)
 
 
 def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
@@ -97,3 +106,37 @@ def test_symlink_out_of_the_folder_is_refused(tmp_path: Path) -> None:
     doc = json.loads(result.stdout)
     (peek,) = [i for i in doc["inputs"] if i["path"] == "peek.txt"]
     assert peek["status"] == "refused" and "outside" in peek["reason"]
+
+
+def _tar_bomb(path: Path, *before: tuple[str, bytes]) -> Path:
+    """A .tar.gz whose last member, zeros.log, expands far past the ratio limit."""
+    members = [(_info(name), data) for name, data in before]
+    return _tar(path, [*members, (_info("zeros.log"), ZEROS)])
+
+
+def test_a_bomb_member_is_refused_by_name_and_not_left_cut_short(tmp_path: Path) -> None:
+    state = unpack(_tar_bomb(tmp_path / "bomb.tar.gz", ("ok.txt", b"fine\n")), tmp_path / "s")
+    assert [(r.path, r.status) for r in state.refused] == [("bomb.tar.gz!zeros.log", "refused")]
+    assert re.fullmatch(BOMB_REFUSED, state.refused[0].reason)
+    assert [p.name for p in state.root.rglob("*")] == ["ok.txt"]
+
+
+def test_a_too_large_archive_exits_with_the_readme_code_and_says_why(tmp_path: Path) -> None:
+    bomb = _tar_bomb(tmp_path / "bomb.tar.gz")
+    result = run_cli("analyze", str(bomb))
+    assert result.exit_code == ExitCode.NO_INPUT
+    readme_row = re.search(rf"^\| {int(result.exit_code)} \| (.*) \|$", README, flags=re.M)
+    assert readme_row and "nothing in it could be ingested" in readme_row.group(1)
+    first, *listed = result.stderr.splitlines()
+    assert first == f"kvdiag: {bomb}: no file in it is a known input (1 set aside)"
+    assert len(listed) == 1 and listed[0].startswith("  bomb.tar.gz!zeros.log: refused: ")
+    assert re.fullmatch(BOMB_REFUSED, listed[0].split(": refused: ", 1)[1])
+
+
+def test_a_bomb_beside_a_log_is_listed_and_the_log_analysed(tmp_path: Path) -> None:
+    log = (SATURATION / "server.log").read_bytes()
+    code, doc = analyze_json(_tar_bomb(tmp_path / "bomb.tar.gz", ("server.log", log)))
+    assert code == ExitCode.FINDINGS
+    assert doc["verdict"]["primary"] == "saturation"
+    status = {i["path"]: i["status"] for i in doc["inputs"]}
+    assert status == {"server.log": "used", "bomb.tar.gz!zeros.log": "refused"}

@@ -192,7 +192,7 @@ def _with_model_config(found: Discovery, path: Path | None) -> Discovery:
 def analyze(opts: AnalyzeOptions, progress: Progress | None = None) -> Analysis:
     """Run one analysis. Raises NoInputError when nothing could be ingested."""
     if not opts.incident.exists():
-        raise NoInputError(f"{opts.incident}: no such file or folder")
+        raise NoInputError("no such file or folder", path=opts.incident)
     # Archives are unpacked here; the folder lives until the analysis is done.
     with tempfile.TemporaryDirectory(prefix="kvdiag-scratch-") as scratch:
         return _analyze(opts, Path(scratch), progress)
@@ -206,8 +206,9 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: Progress | None) -> 
     clock.lap("discover")
     if not found.units:
         raise NoInputError(
-            f"{root}: no file in it is a known input ({len(found.set_aside)} set aside)"
-            + _listed(found.set_aside)
+            f"no file in it is a known input ({len(found.set_aside)} set aside)"
+            + _listed(found.set_aside),
+            path=root,
         )
     store = Store(opts.db)
     try:
@@ -216,7 +217,7 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: Progress | None) -> 
         clock.lap("ingest")
         if not any(r.status == "used" for r in records):
             raise NoInputError(
-                f"{root}: nothing in it could be ingested" + _listed(records, problems)
+                "nothing in it could be ingested" + _listed(records, problems), path=root
             )
         _tell(progress, CHECKING)
         _store_inputs(store, records)

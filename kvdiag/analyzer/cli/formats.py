@@ -8,13 +8,13 @@ format can be declared from real lines.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 
+from kvdiag.analyzer.cli.failure import exit_with
 from kvdiag.analyzer.diagnosis import UnmatchedTemplate
 from kvdiag.analyzer.discovery.discover import discover
 from kvdiag.analyzer.errors import KvdiagError
@@ -136,8 +136,7 @@ def formats_cmd(
     try:
         covered = [c for f in files for c in measure(f, top, year)]
     except KvdiagError as exc:
-        click.echo(f"kvdiag: {exc}", err=True)
-        sys.exit(int(exc.exit_code))
+        exit_with(exc)
     if fmt == "json":
         data = [asdict(c) | {"coverage": c.coverage} for c in covered]
         click.echo(json.dumps(data, indent=2))

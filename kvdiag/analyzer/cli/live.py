@@ -21,13 +21,13 @@ from typing import Any
 
 import click
 
-from kvdiag.analyzer.errors import KvdiagError
+from kvdiag.analyzer.cli.failure import exit_with
+from kvdiag.analyzer.errors import KvdiagError, LiveUsageError
 from kvdiag.analyzer.live.client import (
     PASSWORD_ENV,
     TENANT_ENV,
     TOKEN_ENV,
     USER_ENV,
-    LiveUsageError,
     auth_from,
 )
 from kvdiag.analyzer.live.collect import parse_duration
@@ -206,8 +206,7 @@ def _fetch(source: LiveSource, out: Path) -> None:
     except LiveUsageError as exc:
         raise click.UsageError(str(exc)) from None
     except KvdiagError as exc:  # as `analyze` reports any input error: message, exit code
-        click.echo(f"kvdiag: {exc}", err=True)
-        sys.exit(int(exc.exit_code))
+        exit_with(exc)
     finally:
         if show:
             click.echo("\r\x1b[K", nl=False, err=True)

@@ -17,17 +17,17 @@ from kvdiag import __version__
 from kvdiag.analyzer.atomic import write_atomic
 from kvdiag.analyzer.cli.collect import collect_cmd
 from kvdiag.analyzer.cli.examples import EXAMPLES, example_path
+from kvdiag.analyzer.cli.failure import exit_with
 from kvdiag.analyzer.cli.formats import formats_cmd
 from kvdiag.analyzer.cli.live import LiveSource, live_folder, live_options
 from kvdiag.analyzer.diagnosis import Diagnosis, Severity
-from kvdiag.analyzer.errors import KvdiagError
+from kvdiag.analyzer.errors import KvdiagError, NoSpaceError
 from kvdiag.analyzer.exitcodes import ExitCode, exit_code_table
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
 from kvdiag.analyzer.progress import TerminalProgress
 from kvdiag.analyzer.schema import TABLES
 from kvdiag.reports import OutputFormat, render
-from kvdiag.reports.safe import plain
 from kvdiag.rules import RULES, get_rule
 
 EPILOG = "\b\nExit codes:\n" + exit_code_table()
@@ -205,8 +205,7 @@ def analyze_cmd(
         try:
             result = analyze(opts, progress)
         except KvdiagError as exc:
-            click.echo(f"kvdiag: {plain(exc)}", err=True)  # it may quote file names
-            sys.exit(int(exc.exit_code))
+            exit_with(exc)
         finally:
             if progress is not None:
                 progress.clear()
@@ -246,10 +245,7 @@ def _write_report(output: Path, text: str, db_path: Path | None) -> None:
         if exc.errno != errno.ENOSPC:
             raise
         kept = f"; the database is complete at {db_path}" if db_path else ""
-        click.echo(
-            f"kvdiag: {plain(str(output))}: its disk is full, no report written{kept}", err=True
-        )
-        sys.exit(int(ExitCode.NO_SPACE))
+        exit_with(NoSpaceError(f"{output}: its disk is full, no report written{kept}"))
 
 
 cli.add_command(analyze_cmd, name="analyze")
@@ -350,8 +346,7 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(ExitCode.USAGE if exc.exit_code == 2 else exc.exit_code)
     except KvdiagError as exc:
-        click.echo(f"kvdiag: {plain(exc)}", err=True)  # it may quote file names
-        sys.exit(int(exc.exit_code))
+        exit_with(exc)
     except KeyboardInterrupt:
         click.echo("kvdiag: interrupted; nothing was written", err=True)
         sys.exit(int(ExitCode.INTERRUPTED))

@@ -3,7 +3,9 @@
 Archives come from strangers. A member is refused, and listed with the reason, when its
 path is absolute or climbs out (`..`), when it is a link or a device, or when it would
 break a limit: member count, total size, or compression ratio (a bomb). Sizes are
-enforced while copying, not only from headers, because headers can lie.
+enforced while copying, not only from headers, because headers can lie: the member that
+breaks the limit is deleted, not left cut short to be read as if whole, and extraction
+stops there.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from kvdiag.analyzer.diagnosis import InputRecord
+from kvdiag.analyzer.errors import ArchiveLimitError
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,16 +37,12 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-class ArchiveLimitError(Exception):
-    """Expanding further would break a limit; extraction stops here."""
-
-
-# What a damaged or hostile archive raises while it is read: extraction stops there and says
-# why. zlib/lzma errors come from corrupt compressed data, RuntimeError from an encrypted
-# zip member, NotImplementedError from a compression method zipfile lacks,
-# UnicodeDecodeError from a zip member name flagged UTF-8 that is not.
+# What a damaged archive raises while it is read: extraction stops there and says why (the
+# members already out, the last perhaps cut short, are genuine data). zlib/lzma errors come
+# from corrupt compressed data, RuntimeError from an encrypted zip member,
+# NotImplementedError from a compression method zipfile lacks, UnicodeDecodeError from a zip
+# member name flagged UTF-8 that is not.
 _DAMAGED = (
-    ArchiveLimitError,
     zipfile.BadZipFile,
     tarfile.TarError,
     OSError,
@@ -117,6 +116,26 @@ def _copy(src: IO[bytes], out: IO[bytes], state: Unpacked, limits: Limits, budge
             out.write(chunk)
 
 
+def _extract(
+    src: IO[bytes],
+    state: Unpacked,
+    archive: str,
+    name: str,
+    rel: str,
+    limits: Limits,
+    budget: int,
+) -> None:
+    """Copy member `name` out to `rel`; one that breaks a limit is deleted and named."""
+    out = _open_member(state, archive, name, rel)
+    if out is None:
+        return
+    try:
+        _copy(src, out, state, limits, budget)
+    except ArchiveLimitError as exc:  # cut short, it would be read as if it were whole
+        (state.root / rel).unlink()
+        raise ArchiveLimitError(exc.message, path=f"{archive}!{name}") from None
+
+
 def _refuse(state: Unpacked, archive: str, name: str, size: int, why: str) -> None:
     state.refused.append(InputRecord(f"{archive}!{name}", "archive member", "refused", why, size))
 
@@ -153,9 +172,8 @@ def _unpack_tar(path: Path, state: Unpacked, limits: Limits, budget: int) -> Non
             else:
                 _count(state, limits)
                 src = tf.extractfile(member)
-                out = _open_member(state, path.name, member.name, rel) if src else None
-                if src is not None and out is not None:
-                    _copy(src, out, state, limits, budget)
+                if src is not None:
+                    _extract(src, state, path.name, member.name, rel, limits, budget)
 
 
 def _unpack_zip(path: Path, state: Unpacked, limits: Limits, budget: int) -> None:
@@ -188,10 +206,9 @@ def _unpack_zip(path: Path, state: Unpacked, limits: Limits, budget: int) -> Non
                 )
             else:
                 _count(state, limits)
-                with zf.open(info) as src:  # opened first: a member zipfile cannot read
-                    out = _open_member(state, path.name, info.filename, rel)  # leaves no file
-                    if out is not None:
-                        _copy(src, out, state, limits, budget)
+                # Opened first: a member zipfile cannot read leaves no file.
+                with zf.open(info) as src:
+                    _extract(src, state, path.name, info.filename, rel, limits, budget)
 
 
 def _count(state: Unpacked, limits: Limits) -> None:
@@ -213,6 +230,10 @@ def unpack(path: Path, scratch: Path, limits: Limits = DEFAULT_LIMITS) -> Unpack
             _unpack_zip(path, state, limits, budget)
         elif kind == "tar":
             _unpack_tar(path, state, limits, budget)
+    except ArchiveLimitError as exc:  # a result: the rest of the archive is refused
+        where = exc.path or f"{path.name}!*"
+        why = f"extraction stopped: {exc.message}"
+        state.refused.append(InputRecord(where, "archive member", "refused", why, state.bytes_out))
     except _DAMAGED as exc:
         _refuse(state, path.name, "*", state.bytes_out, f"extraction stopped: {exc}")
     return state

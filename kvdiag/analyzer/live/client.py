@@ -19,26 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvdiag.analyzer.errors import KvdiagError
-from kvdiag.analyzer.exitcodes import ExitCode
+from kvdiag.analyzer.errors import LiveSourceError, LiveUsageError
 from kvdiag.analyzer.ingest.metrics.api_pairs import split_pairs
 
 TOKEN_ENV = "KVDIAG_PROMETHEUS_TOKEN"
 USER_ENV = "KVDIAG_PROMETHEUS_USER"
 PASSWORD_ENV = "KVDIAG_PROMETHEUS_PASSWORD"
 TENANT_ENV = "KVDIAG_PROMETHEUS_TENANT"  # Mimir / Cortex / Thanos receive: X-Scope-OrgID
-
-
-class LiveSourceError(KvdiagError):
-    """The metrics server could not be reached, refused a query, or answered nonsense."""
-
-    exit_code = ExitCode.NO_INPUT
-
-
-class LiveUsageError(KvdiagError):
-    """The live source was asked for in a way that cannot work (bad URL, window, selector)."""
-
-    exit_code = ExitCode.USAGE
 
 
 @dataclass(frozen=True, slots=True)

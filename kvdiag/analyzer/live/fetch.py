@@ -23,9 +23,10 @@ from typing import Any
 
 from kvdiag import __version__
 from kvdiag.analyzer.atomic import write_atomic
+from kvdiag.analyzer.errors import LiveSourceError
 from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
 from kvdiag.analyzer.ingest.metrics.api_pairs import PairArray, compact_pairs
-from kvdiag.analyzer.live.client import Auth, LiveSourceError, Matrix, PromClient
+from kvdiag.analyzer.live.client import Auth, Matrix, PromClient
 from kvdiag.analyzer.live.promql import (
     PLAN,
     POINT_LIMIT,
