@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import duckdb
 import polars as pl
@@ -255,3 +257,23 @@ def test_a_query_run_out_under_a_budget_gets_the_read_limit_first(
     limits = _limits_set(floored_store, monkeypatch)
     assert reader.sql(WIDE_SORT).height == 1_000_000
     assert limits == [store_module.MEMORY_LIMIT_MB, TINY_MB]  # raised, then back to the floor
+
+
+def test_interrupt_while_creating_the_tables_leaves_no_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C inside Store() itself: the caller never gets a store to discard."""
+    real_ddl = store_module.ddl
+    calls = {"n": 0}
+
+    def interrupted(t: Any) -> str:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real_ddl(t)
+
+    monkeypatch.setattr(store_module, "ddl", interrupted)
+    keep = tmp_path / "incident.duckdb"
+    with pytest.raises(KeyboardInterrupt):
+        Store(keep)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -243,6 +243,13 @@ class Store:
             self._tmpdir = tempfile.TemporaryDirectory(prefix="kvdiag-")
             self._path = Path(self._tmpdir.name) / "incident.duckdb"
         self._con = duckdb.connect(str(self._path))
+        try:
+            self._create()
+        except BaseException:  # Ctrl-C while creating: the caller has no store to discard
+            self.discard()
+            raise
+
+    def _create(self) -> None:
         # DuckDB's default (80 % of RAM) lets its cache grow with the input; past this it
         # writes to the database file, so a 5 GB incident fits in the same memory as 1 GB.
         self._memory = MemoryLimit(self._con, floor_mb())
