@@ -75,3 +75,52 @@ def test_only_the_store_writes_duckdb() -> None:
     ]
     assert writers == [], writers
     assert "connect(" not in (PKG / "analyzer" / "store" / "errors.py").read_text()
+
+
+# One home per domain quantity (kvdiag/domain): a second copy must not grow back elsewhere.
+_DTYPE_NAMES = {"bfloat16", "float16", "half", "float32", "fp8", "fp8_e4m3", "fp8_e5m2", "int8"}
+_DOMAIN_FUNCTIONS = {
+    "dtype_bytes",
+    "element_bytes",
+    "bytes_per_token",
+    "kv_bytes_per_token",
+    "mla_bytes_per_token",
+    "pool_tokens_from_bytes",
+    "counter_increase",
+    "counter_deltas",
+    "counter_totals",
+    "bucket_quantile",
+    "bucket_quantiles",
+    "histogram_quantiles",
+    "_quantile",
+}
+
+
+def _outside_domain() -> list[Path]:
+    return [p for p in sorted(PKG.rglob("*.py")) if "domain" not in p.relative_to(PKG).parts]
+
+
+def _literal_keys(node: ast.AST) -> set[str]:
+    items = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", [])
+    return {k.value for k in items if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+
+
+def test_no_dtype_table_outside_the_domain() -> None:
+    tables = [
+        f"{p.relative_to(PKG)}:{node.lineno}"
+        for p in _outside_domain()
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Dict | ast.Set | ast.Tuple | ast.List)
+        and len(_literal_keys(node) & _DTYPE_NAMES) >= 2
+    ]
+    assert tables == [], f"dtype sizes live in kvdiag/domain/dtypes.py: {tables}"
+
+
+def test_no_domain_arithmetic_defined_outside_the_domain() -> None:
+    copies = [
+        f"{p.relative_to(PKG)}:{node.lineno} {node.name}"
+        for p in _outside_domain()
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name in _DOMAIN_FUNCTIONS
+    ]
+    assert copies == [], f"call kvdiag/domain instead of defining: {copies}"

@@ -15,7 +15,7 @@ from kvdiag.analyzer.facts.engine import device_facts, engine_facts
 from kvdiag.analyzer.facts.gpu import gpu_memory_facts
 from kvdiag.analyzer.facts.kv import model_kv_facts, pool_completion_facts
 from kvdiag.analyzer.facts.load import load_facts, preemption_facts
-from kvdiag.analyzer.facts.pool import bytes_per_token, pool_facts
+from kvdiag.analyzer.facts.pool import bytes_per_token_facts, pool_facts
 from kvdiag.analyzer.facts.settings import setting_facts
 from kvdiag.analyzer.store.database import StoreReader
 
@@ -29,7 +29,7 @@ FINDERS: tuple[Callable[[StoreReader, Facts], None], ...] = (
     pool_completion_facts,
     load_facts,
     preemption_facts,
-    bytes_per_token,
+    bytes_per_token_facts,
 )
 
 

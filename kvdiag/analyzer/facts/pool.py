@@ -96,7 +96,7 @@ def _tokens_from_blocks(facts: Facts) -> list[tuple[str, Fact]]:
     return [("", Fact(blocks.value * size.value, "tokens", blocks.source, note))]
 
 
-def bytes_per_token(reader: StoreReader, facts: Facts) -> None:
+def bytes_per_token_facts(reader: StoreReader, facts: Facts) -> None:
     """KV bytes per token from the pool's bytes and tokens, when config.json gave none."""
     if "kv_bytes_per_token" in facts:
         return  # computed from the model's config: exact, where this quotient is rounded
