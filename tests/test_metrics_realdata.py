@@ -17,7 +17,6 @@ from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
 from kvdiag.analyzer.ingest.metrics.scrape_time import scrape_time_from_name
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
-from kvdiag.domain import timeseries as ts
 from tests.conftest import FIXTURES, REALDATA
 from tests.metric_support import ingest, raw_samples, same_value
 
@@ -96,8 +95,9 @@ def test_usage_is_counted_against_all_blocks_but_the_null_block(
 ) -> None:
     blocks = int(_scalar(saturation, "SELECT value FROM config WHERE key = 'num_gpu_blocks'"))
     usage = saturation.sql("SELECT value FROM metric_samples WHERE metric = 'kv_cache_usage'").pl()
-    used = usage.select(ts.blocks_in_use(pl.col("value"), blocks))["value"]
-    assert ((usage["value"] * (blocks - 1)) - used).abs().max() < 1e-9
+    used = usage["value"] * (blocks - 1)  # every value is a whole number of blocks of 67
+    assert (used - used.round(0)).abs().max() < 1e-9
+    assert ((usage["value"] * blocks) - (usage["value"] * blocks).round(0)).abs().max() > 0.1
     assert used.max() == blocks - 1 and usage["value"].max() == 1.0
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdiag.domain import timeseries as ts
+from kvdiag.domain import counters, histograms
 from tests.conftest import FIXTURES
 from tests.metric_support import raw_samples
 
@@ -87,10 +87,10 @@ def test_quantiles_match_brute_force(
 ) -> None:
     buckets = _cumulative(obs, bounds)
     frame = pl.DataFrame(_bucket_rows(buckets, T0))
-    got = ts.histogram_quantiles(frame, quantiles=qs)
+    got = histograms.histogram_quantiles(frame, quantiles=qs)
     assert got.height == 1 and got["count"][0] == len(obs)
     for q in qs:
-        value = got[ts.quantile_column(q)][0]
+        value = got[histograms.quantile_column(q)][0]
         assert _close(value, reference_quantile(q, buckets)), (q, value)
         if obs and q > 0:
             # The estimate lies in the bucket that holds the true rank-th observation.
@@ -106,14 +106,17 @@ def test_quantiles_match_brute_force(
 def test_quantile_special_cases() -> None:
     def one(buckets: list[tuple[float, float]], q: float) -> float:
         frame = pl.DataFrame(_bucket_rows(buckets, T0))
-        return float(ts.histogram_quantiles(frame, quantiles=(q,))[ts.quantile_column(q)][0])
+        return float(
+            histograms.histogram_quantiles(frame, quantiles=(q,))[histograms.quantile_column(q)][0]
+        )
 
     assert math.isnan(one([(1.0, 5.0), (2.0, 9.0)], 0.5))  # no +Inf bucket
     assert math.isnan(one([(1.0, 0.0), (math.inf, 0.0)], 0.5))  # no observations
     assert math.isnan(one([(math.inf, 4.0)], 0.5))  # a single bucket
     assert one([(1.0, 1.0), (2.0, 1.0), (math.inf, 10.0)], 0.9) == 2.0  # rank in +Inf
     assert one([(-1.0, 5.0), (1.0, 6.0), (math.inf, 6.0)], 0.2) == -1.0  # non-positive first
-    assert one([(1.0, 4.0), (1.0, 4.0), (math.inf, 8.0)], 0.5) == 1.0  # equal bounds merged
+    # One series sampled twice at one time: le=1 rose by 0, +Inf (alone) counts 8.
+    assert one([(1.0, 4.0), (1.0, 4.0), (math.inf, 8.0)], 0.5) == 1.0
     assert one([(1.0, 8.0), (2.0, 4.0), (math.inf, 8.0)], 0.75) == 0.75  # forced monotonic
     assert one([(1.0, 4.0), (math.inf, 4.0)], 1.5) == math.inf
     assert one([(1.0, 4.0), (math.inf, 4.0)], -0.5) == -math.inf
@@ -129,12 +132,12 @@ def test_whole_window_uses_increases_across_a_restart() -> None:
         + _bucket_rows(_cumulative(c, bounds), T0 + timedelta(seconds=2))
         + _bucket_rows(_cumulative(c + d, bounds), T0 + timedelta(seconds=3))
     )
-    got = ts.histogram_quantiles(pl.DataFrame(rows), quantiles=(0.5, 0.9))
+    got = histograms.histogram_quantiles(pl.DataFrame(rows), quantiles=(0.5, 0.9))
     window = _cumulative(b + c + d, bounds)
     assert got["count"][0] == 6
     assert got["first_ts"][0] == T0 and got["last_ts"][0] == T0 + timedelta(seconds=3)
     for q in (0.5, 0.9):
-        assert _close(got[ts.quantile_column(q)][0], reference_quantile(q, window))
+        assert _close(got[histograms.quantile_column(q)][0], reference_quantile(q, window))
 
 
 def test_rolling_window_quantiles_use_only_recent_observations() -> None:
@@ -145,7 +148,9 @@ def test_rolling_window_quantiles_use_only_recent_observations() -> None:
     for i, batch in enumerate(batches):
         seen += batch
         rows += _bucket_rows(_cumulative(seen, bounds), T0 + timedelta(seconds=10 * i))
-    got = ts.histogram_quantiles(pl.DataFrame(rows), quantiles=(0.5,), window=timedelta(seconds=25))
+    got = histograms.histogram_quantiles(
+        pl.DataFrame(rows), quantiles=(0.5,), window=timedelta(seconds=25)
+    )
     assert got["ts"].to_list() == [T0 + timedelta(seconds=10 * i) for i in range(5)]
     for i in range(1, 5):
         recent = [o for j in range(max(1, i - 2), i + 1) for o in batches[j]]  # (t-25 s, t]
@@ -171,28 +176,28 @@ def _counter(values: list[float | None], engine: str = "0", step: int = 10) -> l
 
 def test_counter_increase_counts_a_reset_in_full() -> None:
     frame = pl.DataFrame(_counter([0, 5, 10, 2, 4, math.nan, 9]))
-    totals = ts.counter_totals(frame)
+    totals = counters.counter_totals(frame)
     assert totals["increase"][0] == 5 + 5 + 2 + 2 + 5
     assert totals["resets"][0] == 1 and totals["samples"][0] == 6
     assert totals["rate"][0] == pytest.approx(19 / 60)
-    deltas = ts.counter_deltas(frame)
+    deltas = counters.counter_deltas(frame)
     assert deltas["increase"].to_list() == [None, 5, 5, 2, 2, 5]
     assert deltas["reset"].to_list() == [False, False, False, True, False, False]
 
 
 def test_counter_groups_by_series_and_sums_on_request() -> None:
     frame = pl.DataFrame(_counter([1, 4, 9]) + _counter([100, 110, 130], engine="1"))
-    per_engine = ts.counter_totals(frame).sort("engine")
+    per_engine = counters.counter_totals(frame).sort("engine")
     assert per_engine["increase"].to_list() == [8, 30]
-    per_replica = ts.counter_totals(frame, by=("replica",))
+    per_replica = counters.counter_totals(frame, by=("replica",))
     assert per_replica["increase"].to_list() == [38]
-    assert ts.counter_increase(frame) == 38
-    assert ts.counter_increase(pl.DataFrame(_counter([7]))) == 7  # one sample: since start
+    assert counters.counter_increase(frame) == 38
+    assert counters.counter_increase(pl.DataFrame(_counter([7]))) == 7  # one sample: since start
 
 
 def test_counter_rate_over_a_trailing_window() -> None:
     frame = pl.DataFrame(_counter([0, 10, 30, 30, 70], step=10))
-    rated = ts.counter_rate(frame, timedelta(seconds=20))
+    rated = counters.counter_rate(frame, timedelta(seconds=20))
     assert rated["increase"].to_list() == [0, 10, 30, 20, 40]
     assert rated["rate"].to_list()[1:] == [1.0, 1.5, 1.0, 2.0]
 
@@ -211,7 +216,7 @@ def test_real_ttft_quantiles_match_the_raw_scrapes() -> None:
     from tests.metric_support import ingest
 
     stored = ingest(files[0].parent).table("metric_samples")
-    got = ts.histogram_quantiles(stored.filter(pl.col("metric") == "time_to_first_token"))
+    got = histograms.histogram_quantiles(stored.filter(pl.col("metric") == "time_to_first_token"))
     assert got.height == 1 and got["count"][0] == 36
-    for q in ts.QUANTILES:
-        assert _close(got[ts.quantile_column(q)][0], reference_quantile(q, buckets))
+    for q in histograms.QUANTILES:
+        assert _close(got[histograms.quantile_column(q)][0], reference_quantile(q, buckets))

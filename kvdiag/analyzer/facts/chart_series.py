@@ -7,7 +7,8 @@ small report.
 
 The counter and histogram arithmetic here is SQL, not kvdiag/domain's polars helpers: it
 runs where the samples are, within DuckDB's memory limit, and only a chart's points leave
-it. For a day of 1-s scrapes the helpers took 5.8 s a quantile series, this query 1.3-1.8 s.
+it. Its rules are the domain's own SQL text (the reset rule, the quantile interpolation),
+which tests hold to the polars helpers.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import polars as pl
 
 from kvdiag.analyzer.diagnosis import Series
 from kvdiag.analyzer.store.database import StoreReader
+from kvdiag.domain.counters import SQL_STEP_INCREASE
+from kvdiag.domain.histograms import bucket_quantile_sql
 
 MAX_POINTS = 500
 # A fleet's charts keep its busiest replicas: 200 replicas drawn as 1,600 lines are
@@ -67,8 +70,7 @@ _STEPS = f"""
 WITH s AS ({_SAMPLES}),
 l AS (SELECT *, lag(value) OVER (PARTITION BY replica, engine ORDER BY ts) AS prev,
         lag(ts) OVER (PARTITION BY replica, engine ORDER BY ts) AS prev_ts FROM s)
-SELECT replica, engine, ts, name,
-       CASE WHEN prev IS NULL THEN 0 WHEN value >= prev THEN value - prev ELSE value END AS inc,
+SELECT replica, engine, ts, name, {SQL_STEP_INCREASE} AS inc,
        epoch(ts) - epoch(prev_ts) AS dt
 FROM l
 """
@@ -85,10 +87,11 @@ _METRIC_QUERIES = {
 }
 
 # histogram_quantile over a trailing window, as Prometheus computes it: bucket increases
-# summed over the window, then linear interpolation inside the bucket holding the rank.
-# Each (replica, engine, le) and (replica, le) is numbered first, from the few series rows,
-# so the windows over every sample sort integers, not the strings of each row: a day of
-# 1-s scrapes (1.9 million bucket samples) 2.4-2.9 -> 1.3-1.8 s a histogram, same rows.
+# summed over the window (`c` per charted replica `r`, bound and scrape: `b` merged the
+# engines' equal bounds), then the domain's interpolation. Each (replica, engine, le) and
+# (replica, le) is numbered first, from the few series rows, so the windows over every sample
+# (1.9 million bucket samples for a day of 1-s scrapes) sort integers, not the strings of
+# each row.
 # The replicas charted (NULL: all) are chosen there too: a filter on the result would not
 # reach through the numbering, and a fleet's other replicas would be computed for nothing.
 _QUANTILE = f"""
@@ -103,28 +106,17 @@ s AS (
   SELECT k.ele, any_value(k.rle) AS rle, p.ts, max(p.value) AS value
   FROM metric_points p JOIN k USING (series_id) WHERE p.ts IS NOT NULL GROUP BY k.ele, p.ts),
 b AS (
-  SELECT rle, ts, sum(CASE WHEN prev IS NULL THEN 0 WHEN value >= prev THEN value - prev
-                          ELSE value END) AS inc
+  SELECT rle, ts, sum({SQL_STEP_INCREASE}) AS inc
   FROM (SELECT *, lag(value) OVER (PARTITION BY ele ORDER BY ts) AS prev FROM s)
   GROUP BY rle, ts),
 w AS (
   SELECT rle, ts, sum(inc) OVER (PARTITION BY rle ORDER BY ts
          RANGE BETWEEN to_microseconds(CAST(? AS BIGINT)) PRECEDING AND CURRENT ROW) AS c
   FROM b),
-r AS (
-  SELECT w.ts, w.c, l.r, l.le, lag(l.le) OVER g AS lo, lag(w.c) OVER g AS c_lo,
-         max(w.c) OVER (PARTITION BY l.r, w.ts) AS total
-  FROM w JOIN (SELECT DISTINCT rle, r, le FROM k) l USING (rle)
-  WINDOW g AS (PARTITION BY l.r, w.ts ORDER BY l.le)),
-q AS (
-  SELECT r, ts,
-         arg_min(CASE WHEN isinf(le) THEN lo
-                 ELSE coalesce(lo, 0) + (le - coalesce(lo, 0))
-                      * ({QUANTILE} * total - coalesce(c_lo, 0)) / (c - coalesce(c_lo, 0)) END,
-                 le) AS value
-  FROM r WHERE total > 0 AND c >= {QUANTILE} * total
-  GROUP BY r, ts)
-SELECT n.replica, q.ts, q.value FROM q JOIN (SELECT DISTINCT r, replica FROM k) n USING (r)
+c AS (SELECT l.r, w.ts, l.le, w.c FROM w JOIN (SELECT DISTINCT rle, r, le FROM k) l USING (rle))
+SELECT n.replica, q.ts, q.value
+FROM ({bucket_quantile_sql(QUANTILE, "SELECT * FROM c", ("r", "ts"), merged=True)}) q
+JOIN (SELECT DISTINCT r, replica FROM k) n USING (r)
 """
 
 _STATS = """

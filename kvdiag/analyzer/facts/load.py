@@ -6,8 +6,9 @@ import polars as pl
 
 from kvdiag.analyzer.diagnosis import Fact
 from kvdiag.analyzer.facts.base import Facts, ref
+from kvdiag.analyzer.facts.samples import samples
 from kvdiag.analyzer.store.database import StoreReader
-from kvdiag.domain.timeseries import counter_increase
+from kvdiag.domain.counters import counter_increase
 
 _LOAD_FACTS: tuple[tuple[str, str, str, str, float], ...] = (
     # fact, canonical metric, stats-line column, unit, stats-line scale to the metric's unit
@@ -78,10 +79,7 @@ def retraction_events(rows: pl.DataFrame) -> pl.DataFrame:
 def preemption_facts(reader: StoreReader, facts: Facts) -> None:
     """Preemptions during the window: the counter's increase, else the stats lines' sum,
     else SGLang's retraction lines (each event once, however many ranks printed it)."""
-    series = reader.sql(
-        "SELECT * FROM metric_samples WHERE metric = 'num_preemptions' AND suffix = 'total' "
-        "ORDER BY replica, engine, ts NULLS FIRST, source_path, source_line"
-    )
+    series = samples(reader, "num_preemptions", "total")
     if series.height:
         total = counter_increase(series)
         last = series.row(series.height - 1, named=True)

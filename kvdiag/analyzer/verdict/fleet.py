@@ -27,11 +27,12 @@ from kvdiag.analyzer.diagnosis import (
     MissingEvidence,
     ReplicaVerdict,
 )
+from kvdiag.analyzer.facts.samples import samples
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.store.database import StoreReader
 from kvdiag.analyzer.verdict import classify
 from kvdiag.analyzer.verdict.rule_runner import selected_rules, thresholds_for
-from kvdiag.domain.timeseries import counter_totals, samples
+from kvdiag.domain.counters import counter_totals
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.kv303_replica_imbalance import ReplicaImbalance
 from kvdiag.rules.kv304_headroom import KvHeadroom

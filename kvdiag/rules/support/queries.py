@@ -1,14 +1,16 @@
 """Shared read queries for rules: metric series by canonical name, counter increases,
-histogram means. Rules ask for canonical names only (see metric_aliases.toml)."""
+histogram means and quantiles. Rules ask for canonical names only (see metric_aliases.toml)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from typing import Any
 
 import polars as pl
 
-from kvdiag.domain.timeseries import counter_increase, counter_totals
+from kvdiag.domain.counters import counter_increase, counter_totals, series_increase_sql
+from kvdiag.domain.histograms import bucket_quantile
 from kvdiag.rules.base import RuleContext
 
 __all__ = [
@@ -142,48 +144,35 @@ def _increases(ctx: RuleContext, metric: str) -> dict[Any, float]:
 def histogram_quantile(
     ctx: RuleContext, metric: str, q: float, replica: str | None = None
 ) -> float | None:
-    """The q-quantile of a histogram over the window (Prometheus-style interpolation).
-
-    Buckets are cumulative counts since the process started; the window's distribution is
-    the last scrape minus the first (or the last alone when there is one scrape).
-    A minimal local version: the metrics helper is adding windowed quantiles to
-    kvdiag/domain/timeseries.py, and the lead unifies the two.
-    """
-    frame = ctx.store.memo(("bucket_counts", metric), lambda: _bucket_counts(ctx, metric))
+    """The q-quantile of a histogram over the window, as PromQL's histogram_quantile of
+    the buckets' increases (across restarts), a replica's engines or the fleet added up.
+    None without observations."""
+    frame = ctx.store.memo(("bucket_increases", metric), lambda: _bucket_increases(ctx, metric))
     if replica is not None:
         frame = frame.filter(pl.col("replica") == replica)
-    else:
-        frame = frame.group_by("le").agg(pl.col("c").sum()).sort("le", nulls_last=True)
-    return _quantile(frame["le"].to_list(), frame["c"].to_list(), q) if frame.height else None
+    value = bucket_quantile(q, frame.select("le", "count"))
+    return None if math.isnan(value) else value
 
 
-def _bucket_counts(ctx: RuleContext, metric: str) -> pl.DataFrame:
-    """Per replica and bucket bound: the count over the window, bounds ascending."""
+# A histogram's bucket samples, each bound a counter (series) of its own. By series_id: the
+# windows sort integers, not the strings naming a series (a day of 1-s scrapes is two
+# million bucket samples a histogram).
+_BUCKET_SAMPLES = (
+    "SELECT series_id, ts, value, rowid AS row FROM metric_points WHERE series_id IN "
+    "(SELECT series_id FROM metric_series WHERE metric = ? AND suffix = 'bucket' "
+    "AND le IS NOT NULL)"
+)
+
+
+def _bucket_increases(ctx: RuleContext, metric: str) -> pl.DataFrame:
+    """Per replica and bucket bound: the observations over the window (`count`)."""
+    per_series = series_increase_sql(_BUCKET_SAMPLES, "series_id", "ts NULLS FIRST, row")
     return ctx.sql(
-        "WITH ends AS (SELECT replica, engine, le, "
-        "arg_max(value, ts) AS last, arg_min(value, ts) AS first, count(*) AS n "
-        "FROM metric_samples WHERE metric = ? AND suffix = 'bucket' "
-        "GROUP BY replica, engine, le) "
-        "SELECT replica, le, sum(CASE WHEN n > 1 THEN last - first ELSE last END) AS c "
-        "FROM ends GROUP BY replica, le ORDER BY replica, le",
+        f"SELECT s.replica, s.le, sum(i.increase) AS count FROM ({per_series}) i "
+        "JOIN metric_series s USING (series_id) GROUP BY s.replica, s.le "
+        "ORDER BY s.replica, s.le",
         [metric],
     )
-
-
-def _quantile(bounds: list[float], cumulative: list[float], q: float) -> float | None:
-    total = cumulative[-1] if cumulative else 0
-    if not total:
-        return None
-    rank = q * total
-    prev_bound, prev_count = 0.0, 0.0
-    for bound, count in zip(bounds, cumulative, strict=True):
-        if count >= rank:
-            if bound == float("inf"):
-                return prev_bound  # the last finite bound is all Prometheus can say
-            span = count - prev_count
-            return prev_bound + (bound - prev_bound) * ((rank - prev_count) / span if span else 1)
-        prev_bound, prev_count = bound, count
-    return prev_bound
 
 
 def prefix_hit_rate(ctx: RuleContext, replica: str | None = None) -> float | None:
