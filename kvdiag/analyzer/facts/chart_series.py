@@ -23,8 +23,8 @@ from kvdiag.domain.counters import SQL_STEP_INCREASE
 from kvdiag.domain.histograms import bucket_quantile_sql
 
 MAX_POINTS = 500
-# A fleet's charts keep its busiest replicas: 200 replicas drawn as 1,600 lines are
-# unreadable and made a 48 MB JSON report; the fleet table still lists every replica.
+# A fleet's charts keep its busiest replicas: hundreds of replicas drawn as lines are
+# unreadable and swell the JSON report; the fleet table still lists every replica.
 MAX_CHARTED_REPLICAS = 8
 CHARTED_BY = "most requests waiting, then highest KV cache usage, then most preemptions"
 _BUSY_MEASURES = ("num_requests_waiting", "kv_cache_usage", "num_preemptions")  # CHARTED_BY
@@ -212,8 +212,8 @@ def downsampled(query: str, how: str, max_points: int = MAX_POINTS, hot: str | N
 
     `hot`, a condition on the value: each bucket's first and last time at full resolution
     where it holds (hot_first, hot_last; NULL where it never does), which the incident
-    window is read from in the same pass (a query of its own read the whole series again:
-    0.8 s of the charts after 5 GB of log).
+    window is read from in the same pass (a query of its own would read the whole series
+    again).
     """
     agg = "max" if how == "max" else "avg"
     spans = (

@@ -41,8 +41,8 @@ def _first_peak_row(column: str) -> str:
     """SQL: the first stats line (by time, file, line) holding the column's peak, whole.
 
     The line is found by its rowid first and read whole after: with every column in the
-    sort, DuckDB read the text of each line at the peak (thousands when usage sits at
-    100 %), 0.9 s of the facts after 1 GB of log; now only the one line's.
+    sort, DuckDB would read the text of each line at the peak (thousands when usage sits
+    at 100 %); this way only the one line's.
     """
     return (
         "SELECT * FROM log_stats WHERE rowid = (SELECT rowid FROM log_stats "
