@@ -1,0 +1,1 @@
+"""Catalogue of the engines' KV-, memory- and scheduling messages (see README.md here)."""
