@@ -21,7 +21,9 @@ def assert_evidence_points_at_real_lines(incident: Path, doc: dict[str, Any]) ->
             # Lines end at \n only (a bare \r from a progress bar stays inside its line).
             lines = path.read_bytes().split(b"\n")
             assert 1 <= ev["line"] <= len(lines), (finding["code"], ev)
-            expected = ev["excerpt"].rstrip("…").strip()
+            # Each line compared without its edge blanks (a wrapped piece may start with one).
+            cut = ev["excerpt"].rstrip("…").strip()
+            expected = "\n".join(part.strip() for part in cut.split("\n"))
             span = lines[ev["line"] - 1 : ev["line"] - 1 + expected.count("\n") + 1]
             text = "\n".join(b.decode("utf-8", "replace").replace("\r", "").strip() for b in span)
             assert text.startswith(expected), (finding["code"], ev, text)

@@ -14,6 +14,7 @@ import polars as pl
 
 from kvdiag.analyzer.ingest.logs.format_pack import FormatPack
 from kvdiag.analyzer.ingest.logs.parse import EventRows, apply_envelope, parsed_expr
+from kvdiag.analyzer.ingest.logs.residue import with_stamps
 from kvdiag.analyzer.ingest.logs.steps import Parsed, parse_batch
 from kvdiag.analyzer.ingest.logs.triage import Lanes, triage
 from kvdiag.analyzer.ingest.text.lines import Chunk, frame_lines
@@ -84,14 +85,14 @@ def count_lines(lines: int, parsed: Parsed) -> LineCounts:
 def read_batch(chunk: Chunk, pack: FormatPack, lanes: Lanes | None) -> BatchResult:
     """Parse one chunk of whole lines: fast lanes first when the pack has them."""
     batch = frame_lines(chunk.data, chunk.first_line, chunk.lines)
-    head = apply_envelope(batch.head(HEAD_LINES), pack) if chunk.first_line == 1 else None
     repairs = Repairs()
     if lanes is None:
-        parsed = parse_batch(batch, pack, None, repairs)
+        parsed = parse_batch(batch, pack, repairs)
         counts = count_lines(batch.height, parsed)
+        head = _head(chunk, batch, pack, parsed)
         return BatchResult(counts, parsed.events, _EMPTY_ACCESS, repairs, _stamped(parsed), head)
     split = triage(batch, lanes)
-    parsed = parse_batch(split.slow, pack, None, repairs)
+    parsed = parse_batch(split.slow, pack, repairs)
     slow = count_lines(split.slow.height, parsed)
     counts = LineCounts(
         batch.height,
@@ -100,9 +101,29 @@ def read_batch(chunk: Chunk, pack: FormatPack, lanes: Lanes | None) -> BatchResu
         slow.undecodable,
         slow.unmatched_rows,
     )
-    matched = len(parsed.events) - parsed.rejoined
+    matched = len(parsed.events) - parsed.repaired
     events = _merge(pack, parsed.events[:matched] + split.hot) + parsed.events[matched:]
+    head = _head(chunk, batch, pack, parsed)
     return BatchResult(counts, events, split.access, repairs, _stamped(parsed), head)
+
+
+def _head(
+    chunk: Chunk, batch: pl.DataFrame, pack: FormatPack, parsed: Parsed
+) -> pl.DataFrame | None:
+    """The file's first lines, enveloped, with the stamps found behind an unknown prefix
+    (a CI system's or a collector's), so that they date the file too."""
+    if chunk.first_line != 1:
+        return None
+    head = with_stamps(apply_envelope(batch.head(HEAD_LINES), pack))
+    found = (
+        with_stamps(parsed.frame)
+        .filter(pl.col("part") == 0)
+        .select("line_no", pl.col("cts").alias("_c"), pl.col("bts").alias("_b"))
+    )
+    head = head.join(found, on="line_no", how="left", maintain_order="left")
+    return head.with_columns(
+        pl.coalesce("cts", "_c").alias("cts"), pl.coalesce("bts", "_b").alias("bts")
+    ).drop("_c", "_b")
 
 
 def _merge(pack: FormatPack, found: list[EventRows]) -> list[EventRows]:

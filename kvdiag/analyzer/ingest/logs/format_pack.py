@@ -2,7 +2,9 @@
 
 A pack declares
 - envelope steps: prefixes stripped in order (container stamps, process prefixes, the
-  logger header), whose named groups become columns;
+  logger header), whose named groups become columns; steps marked `anchor` are the
+  engine's own (process prefix, logger header), found even after text a deployment put
+  before them (logs/residue.py);
 - records: shapes of lines that carry no event but are known (tracebacks, warnings,
   progress bars), so they count as parsed rather than unmatched;
 - events: the messages that matter. An event names the store table it fills, a literal
@@ -52,7 +54,7 @@ DICT_TYPES = ("pydict", "argv")
 JOIN_MODES = ("same_header", "backslash")
 
 _PACK_KEYS = {"schema", "name", "description", "envelope", "record", "event"}
-_ENVELOPE_KEYS = {"id", "doc", "pattern", "repeat", "record", "samples"}
+_ENVELOPE_KEYS = {"id", "doc", "pattern", "repeat", "record", "anchor", "samples"}
 _RECORD_KEYS = {"id", "doc", "pattern", "samples"}
 _EVENT_KEYS = {
     "id",
@@ -93,6 +95,7 @@ class EnvelopeStep:
     pattern: str  # anchored at ^; named groups become envelope columns
     repeat: bool  # may occur more than once (stacked process prefixes)
     record: bool  # a line with this prefix is a log record even when no event matches
+    anchor: bool  # the engine's own prefix: sought after an unknown prefix too
     samples: tuple[Sample, ...]
 
 
@@ -182,6 +185,7 @@ def _envelope(where: str, raw: dict[str, Any], polars: bool) -> EnvelopeStep:
         raw["pattern"],
         bool(raw.get("repeat", False)),
         bool(raw.get("record", False)),
+        bool(raw.get("anchor", False)),
         _samples(where, raw.get("samples", [])),
     )
 

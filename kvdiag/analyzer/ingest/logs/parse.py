@@ -103,6 +103,12 @@ def apply_envelope(frame: pl.DataFrame, pack: FormatPack) -> pl.DataFrame:
         *[pl.lit(None, pl.String).alias(c) for c in envelope_columns(pack)],
         pl.lit(False).alias("_envelope"),
     ).with_columns(pl.col("clean").alias("msg"))
+    return peel_envelope(frame, pack)
+
+
+def peel_envelope(frame: pl.DataFrame, pack: FormatPack) -> pl.DataFrame:
+    """Strip the pack's prefixes from `msg`, in order; columns found already are kept
+    unless a step finds them again."""
     for step in pack.envelope:
         frame, hit = _peel(frame, step, again=False)
         for _ in range(2 if step.repeat else 0):  # interleaved writers stack two, rarely three

@@ -1,7 +1,8 @@
 """One batch of log lines through every step, in order.
 
-split glued records -> envelope -> attribute interleaved prefixes -> timestamps ->
-events (with multi-line joins) -> rejoin wrapped lines -> records.
+split glued records -> envelope -> attribute interleaved prefixes -> events (with
+multi-line joins) -> records -> the residue: engine text behind an unknown prefix, wrapped
+lines rejoined, the file's learned prefix stripped (logs/residue.py, logs/wraps.py).
 
 The ingester and the format tests both call `parse_batch`, so a sample line goes through
 exactly the code a real file does.
@@ -22,13 +23,20 @@ from kvdiag.analyzer.ingest.logs.parse import (
     mark_records,
     match_events,
 )
-from kvdiag.analyzer.ingest.logs.timestamps import YearState, add_timestamps
-from kvdiag.analyzer.ingest.text.repair import (
-    Repairs,
-    attribute_interleaved,
-    rejoin_wrapped,
-    split_glued,
+from kvdiag.analyzer.ingest.logs.residue import (
+    ANCHORED,
+    LEARNED,
+    Reread,
+    count,
+    learned_shapes,
+    read_anchored,
+    read_learned,
+    readings,
+    write_back,
 )
+from kvdiag.analyzer.ingest.logs.timestamps import YearState, add_timestamps
+from kvdiag.analyzer.ingest.logs.wraps import rejoin_wrapped
+from kvdiag.analyzer.ingest.text.repair import Repairs, attribute_interleaved, split_glued
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +45,7 @@ class Parsed:
 
     frame: pl.DataFrame
     events: list[EventRows]
-    rejoined: int = 0  # the last `rejoined` entries of events come from rejoined wraps
+    repaired: int = 0  # the last `repaired` entries of events come from the residue
 
 
 def lines_frame(lines: list[str], first_line: int = 1) -> pl.DataFrame:
@@ -48,24 +56,50 @@ def lines_frame(lines: list[str], first_line: int = 1) -> pl.DataFrame:
     )
 
 
-def parse_batch(
-    batch: pl.DataFrame,
-    pack: FormatPack,
-    year: YearState | None = None,
-    repairs: Repairs | None = None,
-) -> Parsed:
-    """Parse a batch (`line_no`, `text`); `year` adds timestamps, `repairs` counts fixes."""
+def parse_batch(batch: pl.DataFrame, pack: FormatPack, repairs: Repairs | None = None) -> Parsed:
+    """Parse a batch (`line_no`, `text`); `repairs` counts the fixes."""
     repairs = repairs if repairs is not None else Repairs()
     # Colour codes can sit inside a header, so records are split on the cleaned text.
     frame = split_glued(batch.with_columns(clean_expr("text").alias("clean")), repairs)
     frame = apply_envelope(frame.with_columns(gap_expr()), pack)
     frame = attribute_interleaved(frame, repairs)
-    if year is not None:
-        frame = add_timestamps(frame, year)
     frame, events = match_events(frame, pack)
-    frame, rejoined = rejoin_wrapped(frame, pack, repairs)
     frame = mark_records(frame, pack)
-    return Parsed(frame, events + rejoined, len(rejoined))
+    frame, events, repaired = _residue(frame, events, pack, repairs)
+    return Parsed(frame, events + repaired, len(repaired))
+
+
+def _residue(
+    frame: pl.DataFrame, matched: list[EventRows], pack: FormatPack, repairs: Repairs
+) -> tuple[pl.DataFrame, list[EventRows], list[EventRows]]:
+    """Read what the pack left: anchored lines, then wrapped runs (whose pieces lose what
+    they read alone), then the learned prefixes. (frame, matched, repaired events)"""
+    anchored = read_anchored(frame, pack)
+    frame = write_back(frame, anchored.rows)
+    reading = readings(frame.height, matched, "_i").scatter(
+        anchored.rows["_orig"],
+        readings(frame.height, anchored.events, "_orig").gather(anchored.rows["_orig"]),
+    )
+    wrapped = rejoin_wrapped(frame, pack, repairs, reading)
+    frame = wrapped.frame
+    if wrapped.pieces.len():
+        matched = _without(matched, "_i", wrapped.pieces)
+        anchored = Reread(
+            anchored.rows.filter(~pl.col("_orig").is_in(wrapped.pieces.implode())),
+            _without(anchored.events, "_orig", wrapped.pieces),
+        )
+    count(repairs, ANCHORED, anchored.rows)
+    prefixes = pl.concat([anchored.rows["_pre"].cast(pl.String), wrapped.prefixes.cast(pl.String)])
+    learned = read_learned(frame, pack, learned_shapes(prefixes))
+    frame = write_back(frame, learned.rows)
+    count(repairs, LEARNED, learned.rows)
+    return frame, matched, anchored.events + wrapped.events + learned.events
+
+
+def _without(events: list[EventRows], key: str, rows: pl.Series) -> list[EventRows]:
+    """Event rows whose row (`key`) is not among `rows`."""
+    out = [EventRows(e.event, e.frame.filter(~pl.col(key).is_in(rows.implode()))) for e in events]
+    return [e for e in out if e.frame.height]
 
 
 def stamp_events(events: list[EventRows], year: YearState, stamped_lines: int) -> list[EventRows]:

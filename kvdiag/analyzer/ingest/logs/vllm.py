@@ -49,13 +49,17 @@ from kvdiag.analyzer.ingest.text.lines import (
 from kvdiag.analyzer.ingest.text.repair import Repairs
 from kvdiag.analyzer.schema import table
 
+# The header at a line's start: after quoting or indentation, a compose or kubectl prefix,
+# a stamp or a prefix word.
 _SNIFF = re.compile(
-    r"(?m)^(?:\S+ |\[[^\]]*\] )?(?:\([^)]*pid=\d+[^)]*\) )?"
+    r"(?m)^[ \t>]*(?:[A-Za-z0-9][\w.-]*\s+\| |\[pod/[^\]\s]+\] )?"
+    r"(?:\S+ |\[[^\]]*\] )?(?:\([^)]*pid=\d+[^)]*\) )?"
     r"(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-]+\.py:\d+\]"
 )
 _VLLM_WORDS = ("vllm", "vLLM", "KV cache", "Engine 000", "EngineCore", "gpu_executor")
 MAX_TEMPLATES = 500
 _SNIFF_LINES = 400
+_LOG_EVENTS = 3  # event lines in the head that make a file a log whatever its other lines
 # A batch may end only where a new record starts, so that multi-line messages, wrapped
 # lines and interleaved prefixes are never cut apart; the cut is sought in its last lines.
 _HEADER_AT_START = re.compile(
@@ -169,7 +173,10 @@ class VllmLogIngester(Ingester):
         hits = len(_SNIFF.findall(head))
         if hits and any(w in head for w in _VLLM_WORDS):
             return 90
-        if _sniff_events(load_pack(cls.pack_name), head):
+        events = _sniff_events(load_pack(cls.pack_name), head)
+        if events >= _LOG_EVENTS:
+            return 80  # the messages repeat behind another logging format: a log
+        if events:
             return 60  # a pasted fragment: vLLM messages without the logger header
         return 40 if hits else 0
 
@@ -343,11 +350,11 @@ def _record_cut(data: bytes, end: int) -> int:
     return -1 if len(texts) < _CUT_SEARCH else 0
 
 
-def _sniff_events(pack: FormatPack, head: str) -> bool:
-    """Whether the head holds a vLLM-specific event (header or not)."""
+def _sniff_events(pack: FormatPack, head: str) -> int:
+    """How many lines of the head are vLLM-specific events (header or not)."""
     literals = {e.literal for e in pack.events if e.sniff}
     if not any(lit in head for lit in literals):
-        return False  # the common case (scrapes, tables) costs a few substring tests
+        return 0  # the common case (scrapes, tables) costs a few substring tests
     lines = head.split("\n")[:_SNIFF_LINES]
     parsed = parse_batch(lines_frame(lines), pack)
-    return any(rows.event.sniff for rows in parsed.events)
+    return sum(rows.frame.height for rows in parsed.events if rows.event.sniff)

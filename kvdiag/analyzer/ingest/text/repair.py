@@ -4,9 +4,8 @@
   (`...hit rate: 0.0%INFO 07-28 06:41:19 [loggers.py:118] ...`). A vLLM logger header
   glued to a non-space character is split off; both pieces keep the physical line number
   (`part` 0, 1, ...).
-- Wrapped lines: a terminal wraps a long record (`...Running: 32 r` / `eqs, Swapped: ...`).
-  A header-less, otherwise unknown line is joined to the record before it only when the
-  joined text matches an event variant that neither piece matched alone.
+- Wrapped lines: a terminal wraps a long record (`...Running: 32 r` / `eqs, Swapped: ...`);
+  joined back in logs/wraps.py, which parses the joined text, so it lives with the parse.
 - Interleaved writers: with TP>1 one process prints its prefix, another its whole line,
   and the first one's message follows without prefix. The stacked outer prefix is given
   to the prefix-less record on the next line.
@@ -19,9 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import polars as pl
-
-from kvdiag.analyzer.ingest.logs.format_pack import Event, FormatPack
-from kvdiag.analyzer.ingest.logs.parse import EventRows, extract_fields, variant_index
 
 _LEVEL = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)"
 _HEADER = (
@@ -120,94 +116,3 @@ def attribute_interleaved(frame: pl.DataFrame, repairs: Repairs) -> pl.DataFrame
         .otherwise(pl.col("repair"))
         .alias("repair"),
     )
-
-
-def rejoin_wrapped(
-    frame: pl.DataFrame, pack: FormatPack, repairs: Repairs
-) -> tuple[pl.DataFrame, list[EventRows]]:
-    """Join terminal-wrapped records back together where an event then matches."""
-    out: list[EventRows] = []
-    for span in (1, 2):
-        frame, found = _rejoin(frame, pack, span, repairs)
-        out += found
-    return frame, out
-
-
-def _free_continuation(frame: pl.DataFrame, offset: int) -> pl.Series:
-    """Rows whose next `offset` rows are header-less lines that nothing matched."""
-    ok = pl.lit(True)
-    gap = "_gap" in frame.columns
-    for k in range(1, offset + 1):
-        ok = ok & _unclaimed(k)
-        if gap:  # a row after a missing line continues nothing
-            ok = ok & ~pl.col("_gap").shift(-k).fill_null(True)
-    head = pl.col("md").is_not_null() & pl.col("event").is_null()
-    return frame.select((head & ok).fill_null(False).alias("c"))["c"]
-
-
-def _unclaimed(k: int) -> pl.Expr:
-    """The row k below is a header-less line that no prefix, event or record claimed."""
-
-    def nxt(c: str) -> pl.Expr:
-        return pl.col(c).shift(-k)
-
-    ok = nxt("md").is_null() & ~nxt("_envelope").fill_null(True) & nxt("proc").is_null()
-    ok = ok & ~nxt("_gap").fill_null(True)
-    ok = ok & nxt("event").is_null() & ~nxt("near_miss").fill_null(True)
-    return ok & (nxt("line_no") > pl.col("line_no"))
-
-
-def _rejoin(
-    frame: pl.DataFrame, pack: FormatPack, span: int, repairs: Repairs
-) -> tuple[pl.DataFrame, list[EventRows]]:
-    starts = frame.filter(_free_continuation(frame, span))
-    if starts.is_empty():
-        return frame, []
-    n = frame.height
-    tails = [f"_t{k}" for k in range(1, span + 1)]
-    starts = starts.with_columns(
-        frame["clean"].gather((starts["_i"] + k).clip(upper_bound=n - 1)).alias(t)
-        for k, t in enumerate(tails, 1)
-    )
-    out = []
-    for sep in ("", " "):
-        joined = pl.concat_str(["msg", *tails], separator=sep)
-        lines = pl.concat_str(["clean", *tails], separator="\n")
-        cand = starts.with_columns(joined.alias("msg"), lines.alias("raw_lines")).drop(tails)
-        for event in pack.events:
-            hits = _hits(cand, event)
-            if hits.is_empty():
-                continue
-            frame, rows = _take(frame, hits, event, span, repairs)
-            out.append(rows)
-            cand = cand.filter(~pl.col("_i").is_in(hits["_i"].implode()))
-        starts = starts.filter(pl.col("_i").is_in(cand["_i"].implode()))
-    return frame, out
-
-
-def _hits(cand: pl.DataFrame, event: Event) -> pl.DataFrame:
-    cand = cand.filter(pl.col("msg").str.contains(event.literal, literal=True))
-    if cand.is_empty():
-        return cand
-    return cand.with_columns(variant_index(event).alias("_variant")).filter(
-        pl.col("_variant").is_not_null()
-    )
-
-
-def _take(
-    frame: pl.DataFrame, hits: pl.DataFrame, event: Event, span: int, repairs: Repairs
-) -> tuple[pl.DataFrame, EventRows]:
-    rows = pl.concat([hits["_i"] + k for k in range(span + 1)])
-    line_end = frame["line_no"].gather(hits["_i"] + span)
-    frame = frame.with_columns(
-        frame["event"].scatter(rows, event.id), frame["near_miss"].scatter(rows, False)
-    )
-    label = pl.concat_str(
-        [pl.col("repair"), pl.lit("rejoined wrapped line")], separator="; ", ignore_nulls=True
-    )
-    hits = hits.with_columns(line_end.alias("line_end"), label.alias("repair"))
-    repairs.add(
-        "rejoined wrapped lines",
-        [f"{a}-{b}" for a, b in zip(hits["line_no"], line_end, strict=True)],
-    )
-    return frame, EventRows(event, extract_fields(hits, event))
