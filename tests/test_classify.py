@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,18 @@ def test_whole_verdict_on_case_rows(case_id: str) -> None:
     primary_layer = next(f.layer for f in result.findings if f.implies is verdict.primary)
     assert layers[primary_layer - 1].status == "problem"
     assert any(ch.isdigit() for ch in verdict.summary)
+
+
+def test_an_open_verdict_says_what_a_rule_saw_but_could_not_claim() -> None:
+    """Info findings of a class never become primary, but the summary leads with the most
+    fundamental of them instead of saying that nothing was found."""
+    findings = [
+        replace(_finding(C.ADMISSION_LIMITED, Severity.INFO), claimed=False),
+        replace(_finding(C.PADDING_WASTE, Severity.INFO), claimed=False),
+    ]
+    verdict = classify.classify(findings, {}, [])
+    assert verdict.primary is C.INSUFFICIENT_EVIDENCE
+    assert verdict.summary == "padding_waste title; not enough to claim padding_waste"
+    # Beside a claimed class, an unclaimed one does not contribute.
+    with_primary = classify.classify([*findings, _finding(C.SATURATION, Severity.ERROR)], {}, [])
+    assert with_primary.classes == (C.SATURATION,)

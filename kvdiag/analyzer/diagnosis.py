@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
 Scalar = int | float | str | bool | None
 
@@ -92,6 +92,20 @@ class Remedy:
 
 
 @dataclass(frozen=True, slots=True)
+class Extent:
+    """How much of the incident a finding's condition covered.
+
+    `observations`: the distinct moments that show it (stats intervals, scrapes, engine
+    events; an engine's own running count of its events counts each). `seconds`: from the
+    first to the last of them; None when no span can be measured (the lines carry no time,
+    or one line stands for all). The verdict's confidence weighs it (verdict/classify.py).
+    """
+
+    observations: int
+    seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Finding:
     """What one rule concluded, with its evidence and remedies."""
 
@@ -105,6 +119,10 @@ class Finding:
     implies: IncidentClass | None = None
     evidence_total: int = 0  # evidence rows available before capping
     replica: str | None = None
+    extent: Extent | None = None  # None: the rule does not measure how long its condition held
+    # False: the rule saw its class's signs but the evidence does not reach the line (bounds
+    # that straddle it, no limit named); the class is then neither primary nor contributing.
+    claimed: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +151,11 @@ class Comparison:
     unit: str | None
     sources: tuple[SourceRef, ...]
     note: str = ""
+    # "healthy": what a healthy system shows; "threshold": a rule's line, not a norm.
+    expected_kind: str = "healthy"
+    # Bounds of `observed` when it is an estimate the evidence leaves open (None: exact).
+    low: Scalar = None
+    high: Scalar = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +351,7 @@ __all__ = [
     "Confidence",
     "Diagnosis",
     "Evidence",
+    "Extent",
     "Fact",
     "Finding",
     "IncidentClass",

@@ -85,14 +85,29 @@ def verdict_tone(d: Diagnosis) -> str:
 
 
 def _comparison(c: Comparison) -> ComparisonRow:
+    expected = fmt_quantity(c.expected, c.unit)
+    if c.expected_kind == "threshold" and c.expected is not None:
+        expected = f"threshold {expected}"  # a rule's line, not what a healthy system shows
     return ComparisonRow(
         quantity=humanise(c.quantity),
-        expected=fmt_quantity(c.expected, c.unit),
-        observed=fmt_quantity(c.observed, c.unit),
+        expected=expected,
+        observed=_observed(c),
         gap=fmt_quantity(c.gap, c.unit),
         sources=tuple(str(s) for s in c.sources),
         note=c.note,
     )
+
+
+def _observed(c: Comparison) -> str:
+    """The observed value, or the range the evidence leaves open when it is an estimate."""
+    if c.low is None and c.high is None:
+        return fmt_quantity(c.observed, c.unit)
+    low, high = fmt_quantity(c.low, c.unit), fmt_quantity(c.high, c.unit)
+    if c.high is None:
+        return f"at least {low}"
+    if c.low is None:
+        return f"at most {high}"
+    return low if low == high else f"{low} to {high}"
 
 
 def _layer(result: LayerResult) -> LayerView:

@@ -155,8 +155,10 @@ class RuleContext:
         *,
         severity: Severity | None = None,
         replica: str | None = None,
+        claimed: bool = True,
     ) -> Finding:
-        """A finding stamped with this rule's code, name, layer and implied class."""
+        """A finding stamped with this rule's code, name, layer and implied class;
+        `claimed=False` when the evidence does not reach the class's line (Finding)."""
         unique = list(dict.fromkeys(evidence))
         return Finding(
             code=self._rule.code,
@@ -169,6 +171,7 @@ class RuleContext:
             implies=self._rule.implies,
             evidence_total=len(unique),
             replica=replica,
+            claimed=claimed,
         )
 
     def compare(
@@ -179,8 +182,16 @@ class RuleContext:
         unit: str | None,
         sources: Iterable[SourceRef | Evidence | Fact | None],
         note: str = "",
+        *,
+        threshold: bool = False,
+        low: Scalar = None,
+        high: Scalar = None,
     ) -> Comparison:
-        """A reconciliation row: gap = observed - expected when both are numbers."""
+        """A reconciliation row: gap = observed - expected when both are numbers.
+
+        `threshold`: `expected` is one of the rule's thresholds, not what a healthy system
+        shows. `low`/`high`: the bounds of an estimated `observed`.
+        """
         gap: Scalar = None
         if isinstance(expected, int | float) and isinstance(observed, int | float):
             gap = round(observed - expected, 4)
@@ -191,7 +202,10 @@ class RuleContext:
             ref = s.ref if isinstance(s, Evidence) else s.source if isinstance(s, Fact) else s
             if ref is not None and ref not in refs:
                 refs.append(ref)
-        return Comparison(quantity, expected, observed, gap, unit, tuple(refs), note)
+        kind = "threshold" if threshold else "healthy"
+        return Comparison(
+            quantity, expected, observed, gap, unit, tuple(refs), note, kind, low, high
+        )
 
     def rule_out(self, reason: str) -> RuledOut:
         """Why the evidence argues against this rule's class."""

@@ -19,6 +19,12 @@ from kvdiag.domain import dtypes, kvmath
 from kvdiag.domain.units import GIB
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.support.peak import shrink_words
+from kvdiag.rules.support.refusals import (
+    NO_KV_ROOM,
+    ONE_REQUEST_UNFIT,
+    first_sentence,
+    named_settings,
+)
 from kvdiag.rules.support.vocabulary import vocabulary
 from kvdiag.rules.support.workload import fmt_tokens
 
@@ -34,11 +40,14 @@ class UnservableConfig(Rule):
 
     Evidence, in order of strength: the engine's own refusal (`max seq len (N) is larger
     than ... KV cache (M)`, `To serve at least one request ... estimated maximum model length
-    is L`, `No available memory for the cache blocks`), else a start-up `Maximum
-    concurrency for N tokens per request` under `min_concurrency`. The largest length that
-    fits is the engine's estimate when printed, else the pool's tokens, else concurrency x
-    max_model_len. Remedies: that max_model_len, or the pool growth (x, GiB) the configured
-    one needs.
+    is L`, SGLang's `KV pool holds N tokens, fewer than --context-length L`), a pool with no
+    room at all (`No available memory for the cache blocks` and every backend's equivalent,
+    refusals/NO_KV_ROOM), a request the whole pool could not hold at run time
+    (refusals/ONE_REQUEST_UNFIT), else a start-up `Maximum concurrency for N tokens per
+    request` under `min_concurrency`. The largest length that fits is the engine's estimate
+    when printed, else the pool's tokens, else concurrency x max_model_len. Remedies: that
+    max_model_len, or the pool growth (x, GiB) the configured one needs; for a pool with no
+    room, the settings the engine's message names.
     """
 
     code = "KV101"
@@ -67,19 +76,24 @@ class UnservableConfig(Rule):
             yield from self._refused(ctx, refusals)
             return
         no_blocks = ctx.sql(
-            "SELECT * FROM log_capacity_errors WHERE event = 'no_cache_blocks' OR "
+            "SELECT * FROM log_capacity_errors WHERE event IN ("
+            + ", ".join("?" for _ in NO_KV_ROOM)
+            + ") OR "
             + " OR ".join("lower(coalesce(message, raw)) LIKE ?" for _ in _NO_BLOCKS)
             + " ORDER BY ts NULLS LAST, source_path, source_line",
-            list(_NO_BLOCKS),
+            [*NO_KV_ROOM, *_NO_BLOCKS],
         )
         if no_blocks.height:
-            row = no_blocks.row(0, named=True)
-            words = vocabulary(ctx, row["replica"])
-            yield ctx.finding(
-                "The engine refused to start: no memory was left for a single KV cache block",
-                [ctx.evidence(row, "capacity_error", "no KV blocks")],
-                [Remedy(words.phrase("no_kv_room"), words.phrase("no_kv_room_why"))],
-            )
+            yield _no_room(ctx, no_blocks.row(0, named=True))
+            return
+        unfit = ctx.sql(
+            "SELECT * FROM log_capacity_errors WHERE event IN ("
+            + ", ".join("?" for _ in ONE_REQUEST_UNFIT)
+            + ") ORDER BY requested_tokens DESC NULLS LAST, ts NULLS LAST, source_line",
+            list(ONE_REQUEST_UNFIT),
+        )
+        if unfit.height:
+            yield from _request_unfit(ctx, unfit)
             return
         yield from self._concurrency(ctx)
 
@@ -96,6 +110,12 @@ class UnservableConfig(Rule):
             f"The engine refused to start: one request of max_model_len {fmt_tokens(want)} needs "
             f"more KV than the pool holds{need}{fits}"
         )
+        if row["event"] == "sglang_pool_below_context":
+            # A warning, not a refusal: the engine runs and refuses or truncates long requests.
+            title = (
+                f"The pool holds {fmt_tokens(row['pool_tokens'])} tokens, fewer than the context "
+                f"length {fmt_tokens(want)}: one full-length request cannot fit{fits}"
+            )
         if fit:
             yield ctx.compare(
                 "one request of max_model_len vs the pool",
@@ -146,6 +166,58 @@ class UnservableConfig(Rule):
             ev,
             _remedies(ctx, want, fit),
         )
+
+
+def _no_room(ctx: RuleContext, row: dict[str, Any]) -> Finding:
+    """A refusal because the pool has no room at all, in the engine's words and numbers."""
+    words = vocabulary(ctx, row["replica"])
+    said = first_sentence(row)
+    numbers = []
+    if row.get("requested_gib") is not None:
+        numbers.append(f"{row['requested_gib']:g} GiB reserved")
+    if row.get("available_gib") is not None:
+        numbers.append(f"{row['available_gib']:g} GiB available")
+    if row.get("utilization") is not None:
+        numbers.append(f"{words.name('gpu_memory_utilization')} {row['utilization']:g}")
+    stated = f" ({', '.join(numbers)})" if numbers else ""
+    title = f"The engine refused to start: no memory was left for a single KV cache block{stated}"
+    if not said.lower().startswith("no available memory for the cache blocks"):
+        title += f": {said}"  # the backend's own account, with numbers of its own
+    settings = named_settings(row)
+    remedies = [Remedy(f"change {', '.join(settings)}", f"the engine's own advice: {said}")]
+    if not settings:
+        remedies = [Remedy(words.phrase("no_kv_room"), words.phrase("no_kv_room_why"))]
+    return ctx.finding(title, [ctx.evidence(row, "capacity_error", row["event"])], remedies)
+
+
+def _request_unfit(ctx: RuleContext, rows: pl.DataFrame) -> Iterator[Finding | Comparison]:
+    """Requests the engine gave up on at run time because the whole pool cannot hold one."""
+    row = rows.row(0, named=True)
+    pool = ctx.fact_value("pool_tokens")
+    longest = row["requested_tokens"]
+    ev = [ctx.evidence(r, "capacity_error", r["requested_tokens"]) for r in rows.head(3).to_dicts()]
+    if longest is not None and isinstance(pool, int | float):
+        yield ctx.compare(
+            "longest refused request vs the pool", int(longest), int(pool), "tokens", ev, ""
+        )
+    size = f" (the longest {fmt_tokens(longest)} tokens)" if longest is not None else ""
+    holds = f"; the pool holds {fmt_tokens(pool)} tokens" if isinstance(pool, int | float) else ""
+    title = (
+        f"{rows.height} request(s) could not run: one request alone needs more KV than the whole "
+        f"pool holds{size}{holds}: {first_sentence(row)}"
+    )
+    fit = int(pool) if isinstance(pool, int | float) else None
+    want = int(longest) if longest is not None else None
+    remedies = _remedies(ctx, want, fit) if want and fit and want > fit else []
+    words = vocabulary(ctx, row["replica"])
+    remedies = remedies or [
+        Remedy(words.phrase("grow_pool"), "so the longest request fits in the pool"),
+        Remedy(
+            f"lower {words.name('max_model_len')}",
+            "so the engine refuses over-long requests at the door instead of failing them",
+        ),
+    ]
+    yield ctx.finding(title, ev, remedies)
 
 
 def _best(rows: pl.DataFrame) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from kvdiag.rules.support.card import card
 from kvdiag.rules.support.ledger import fmt_gib
 from kvdiag.rules.support.load_picture import load_points
 from kvdiag.rules.support.queries import col_max
+from kvdiag.rules.support.refusals import MEMORY_REFUSALS, first_sentence, named_settings
 from kvdiag.rules.support.vocabulary import vocabulary
 from kvdiag.rules.support.workload import pct
 
@@ -23,10 +24,12 @@ class MemoryOvercommit(Rule):
 
     Three shapes: a CUDA OOM (any torch wording) while KV usage stayed under `usage_full`
     (the pool never ran out; the workspace, graphs or buffers did); a start-up refusal
-    because free memory was below total x gpu_memory_utilization (another process holds the
-    card); or a stated gpu_memory_utilization that leaves under `workspace_min_gib` outside
-    the budget. Remedies price the utilization that leaves room (`target_util`; 0.85-0.88 is
-    the usual fix).
+    because the memory the engine was told to take is not there (free device or NUMA-node
+    memory below total x gpu_memory_utilization, less than the KV cache asked for, weights
+    held by another process, an OOM while warming up, a model too large for the device) or
+    a buffer outside the KV pool ran out (SGLang's request slots); or a stated
+    gpu_memory_utilization that leaves under `workspace_min_gib` outside the budget. Remedies
+    price the utilization that leaves room (`target_util`; 0.85-0.88 is the usual fix).
     """
 
     code = "KV103"
@@ -51,12 +54,21 @@ class MemoryOvercommit(Rule):
             yield from self._oom(ctx, oom)
             return
         refused = ctx.sql(
-            "SELECT * FROM log_capacity_errors WHERE event = 'free_below_desired' "
-            "OR lower(coalesce(message, raw)) LIKE '%less than desired gpu memory utilization%' "
-            "ORDER BY ts NULLS LAST, source_path, source_line"
+            "SELECT * FROM log_capacity_errors WHERE event IN ("
+            + ", ".join("?" for _ in MEMORY_REFUSALS)
+            + ") OR lower(coalesce(message, raw)) LIKE "
+            "'%less than desired gpu memory utilization%' "
+            "ORDER BY ts NULLS LAST, source_path, source_line",
+            list(MEMORY_REFUSALS),
         )
         if refused.height:
-            yield self._refused(ctx, refused.row(0, named=True))
+            row = refused.row(0, named=True)
+            if row["event"] == "sglang_req_slots_exhausted":
+                yield _slots_exhausted(ctx, row)
+            elif row["event"] in ("free_below_desired", "kv_memory_short"):
+                yield self._refused(ctx, row)
+            else:
+                yield _memory_refusal(ctx, row)
             return
         yield from self._margin(ctx)
 
@@ -67,7 +79,9 @@ class MemoryOvercommit(Rule):
         if peak is not None and peak >= ctx.threshold("usage_full"):
             yield ctx.rule_out(f"the OOM came with a full KV pool ({pct(peak)}): see saturation")
             return
-        parts = [f"CUDA out of memory ({oom.height} errors)"]
+        # torch's text as a ROCm build prints it says HIP: the title keeps the engine's word.
+        device = "HIP" if "HIP out of memory" in (row.get("raw") or "") else "CUDA"
+        parts = [f"{device} out of memory ({oom.height} errors)"]
         if row["tried_bytes"]:
             parts.append(f"tried to allocate {fmt_gib(row['tried_bytes'] / GIB)}")
         if row["free_bytes"] is not None and row["total_bytes"]:
@@ -86,15 +100,19 @@ class MemoryOvercommit(Rule):
         yield ctx.finding(title, ev, self._remedies(ctx, row.get("tried_bytes")))
 
     def _refused(self, ctx: RuleContext, row: dict[str, Any]) -> Finding:
-        free, total, util = row["free_gib"], row["total_gib"], row["utilization"]
+        free, total = row["free_gib"], row["total_gib"]
         words = vocabulary(ctx, row["replica"])
-        title = "The engine refused to start: free memory on the device is below the requested "
-        title += words.name("gpu_memory_utilization")
-        if free is not None and total:
-            title += f" ({fmt_gib(free)} free of {fmt_gib(total)}"
-            title += f", {util:g} requested)" if util is not None else ")"
         remedies = []
-        if free is not None and total:
+        if row["event"] == "kv_memory_short" and free is not None:
+            settings = ", ".join(named_settings(row)) or "VLLM_CPU_KVCACHE_SPACE"
+            remedies.append(
+                Remedy(
+                    f"a KV cache below {fmt_gib(free)} ({settings})",
+                    f"{fmt_gib(row['requested_gib'] or 0)} was asked for and {fmt_gib(free)} "
+                    "was free",
+                )
+            )
+        elif free is not None and total:
             fits = int(100 * free / total) / 100 - 0.01
             remedies.append(
                 Remedy(
@@ -106,6 +124,7 @@ class MemoryOvercommit(Rule):
         remedies.append(
             Remedy("free the card first", "stop the process holding memory, then start")
         )
+        title = _refusal_title(row, words.name("gpu_memory_utilization"))
         return ctx.finding(title, [ctx.evidence(row, "free_gib", free)], remedies)
 
     def _margin(self, ctx: RuleContext) -> Iterator[Finding | Comparison | RuledOut]:
@@ -122,6 +141,7 @@ class MemoryOvercommit(Rule):
             "GiB",
             c.evidence,
             f"{fmt_gib(c.total_gib)} x (1 - {c.utilization:g}); expected: the minimum workspace",
+            threshold=True,
         )
         if not c.utilization_stated or outside >= ctx.threshold("workspace_min_gib"):
             yield ctx.rule_out(
@@ -161,3 +181,66 @@ class MemoryOvercommit(Rule):
                 f"shrinks by the same {fmt_gib(freed)}",
             )
         ]
+
+
+def _refusal_title(row: dict[str, Any], fraction: str) -> str:
+    """Free memory below what the engine was told to take, with the figures it printed."""
+    free, total, util = row["free_gib"], row["total_gib"], row["utilization"]
+    # The CPU backend's wording names a NUMA node, not a device.
+    place = "the NUMA node" if "on node " in str(row["message"] or row["raw"]) else "the device"
+    if row["event"] == "kv_memory_short":
+        title = f"The engine refused to start: {place} has less free memory than the KV cache "
+        title += "asked for"
+        if free is not None and total:
+            title += f" ({fmt_gib(free)} free of {fmt_gib(total)}"
+            title += f", {fmt_gib(row['requested_gib'])} asked)" if row["requested_gib"] else ")"
+        return title
+    title = f"The engine refused to start: free memory on {place} is below the requested {fraction}"
+    if free is not None and total:
+        title += f" ({fmt_gib(free)} free of {fmt_gib(total)}"
+        title += f", {util:g} requested)" if util is not None else ")"
+    return title
+
+
+def _memory_refusal(ctx: RuleContext, row: dict[str, Any]) -> Finding:
+    """A start-up refusal for device memory, in the engine's words and numbers."""
+    said = first_sentence(row)
+    numbers = []
+    if row["requested_slots"] is not None:
+        numbers.append(f"{row['requested_slots']} dummy requests")
+    if row["requested_gib"] is not None and row["total_gib"]:
+        budget = f"{fmt_gib(row['requested_gib'])} budget of {fmt_gib(row['total_gib'])}"
+        numbers.append(budget + (f" ({row['utilization']:g})" if row["utilization"] else ""))
+    stated = f" ({'; '.join(numbers)})" if numbers else ""
+    title = f"The engine ran out of device memory while starting{stated}: {said}"
+    settings = named_settings(row)
+    remedies = [
+        Remedy(f"lower or change {', '.join(settings)}", f"the engine's own advice: {said}")
+    ]
+    if not settings:
+        remedies = [Remedy("a smaller model, more devices (sharding) or quantized weights", said)]
+    return ctx.finding(title, [ctx.evidence(row, "capacity_error", row["event"])], remedies)
+
+
+def _slots_exhausted(ctx: RuleContext, row: dict[str, Any]) -> Finding:
+    """SGLang's request-slot pool (outside the KV pool, sized by the running-request cap)
+    had fewer free slots than the batch asked for; the engine stops and asks for a smaller
+    --max-running-requests."""
+    words = vocabulary(ctx, row["replica"])
+    free, asked = row["available_slots"], row["requested_slots"]
+    counts = f": {free} free, {asked} asked for" if free is not None and asked is not None else ""
+    title = (
+        f"The request-slot pool ran out{counts}: more requests were admitted than it has "
+        f"slots (it sits outside the KV pool and is sized by {words.name('max_num_seqs')})"
+    )
+    cap = ctx.config("max_num_seqs", row["replica"])
+    flag = words.flag("max_num_seqs")
+    target = ""
+    if cap is not None and free is not None and asked is not None:
+        lower = int(float(cap["value"])) - (int(asked) - int(free))
+        target = f" {lower}" if lower > 0 else ""
+    remedy = Remedy(
+        f"a smaller {flag}{target}",
+        "the engine's own advice: the running-request cap must not exceed the request slots",
+    )
+    return ctx.finding(title, [ctx.evidence(row, "available_slots", free)], [remedy])

@@ -6,13 +6,17 @@ from collections.abc import Iterable
 
 from kvdiag.analyzer.diagnosis import Finding, Remedy, Severity
 from kvdiag.rules.base import Rule, RuleContext
+from kvdiag.rules.support.refusals import MEMORY_REFUSALS, NO_KV_ROOM, ONE_REQUEST_UNFIT
 
-# Refusals that are about the pool belong to KV101 / KV103, which explain them better.
+# Refusals that are about the pool or memory belong to KV101 / KV103, which explain them
+# better (every backend's wording: rules/support/refusals.py).
 _CAPACITY_EVENTS = (
     "needs_more_kv",
     "max_len_exceeds_pool",
-    "no_cache_blocks",
-    "free_below_desired",
+    "sglang_pool_below_context",
+    *NO_KV_ROOM,
+    *ONE_REQUEST_UNFIT,
+    *MEMORY_REFUSALS,
 )
 
 

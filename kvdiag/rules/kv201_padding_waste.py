@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import polars as pl
 
@@ -11,22 +14,26 @@ from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.support.demand import slots
 from kvdiag.rules.support.episodes import best_source
 from kvdiag.rules.support.load_picture import points_by_replica, usage_evidence
-from kvdiag.rules.support.queries import col_median
+from kvdiag.rules.support.queries import prefix_hit_rate
 from kvdiag.rules.support.radix import evictable_added_back
+from kvdiag.rules.support.spread import Range, Spread, payload_range
 from kvdiag.rules.support.vocabulary import vocabulary
-from kvdiag.rules.support.workload import Lengths, Pool, fmt_tokens, lengths, pool
+from kvdiag.rules.support.workload import Lengths, Pool, fmt_tokens, lengths, pool, spread
 
 
 class PaddingWaste(Rule):
     """Payload well under half of what is allocated: padding or block rounding, not demand.
 
     At every observation with KV usage at or above `usage_min` and requests running,
-    allocated slots = usage x usable pool tokens and effective tokens = running requests x
-    their mean current length (prompt + half of what they generate: a request mid-decode).
-    The median ratio over at least `min_points` observations under `payload_min` fires the
-    rule. Block rounding alone is also priced: a sequence of n tokens holds
-    ceil(n / block_size) blocks (a 1-token request holds 16 slots with 16-token blocks).
-    Prefix sharing can push the ratio above 1 (one cached block serves many requests).
+    allocated slots = usage x usable pool tokens, and the live tokens of the running
+    requests lie between the fewest and the most the evidence allows (support/spread.py:
+    the running count times the shortest and longest lengths a request log, histogram
+    buckets or max_model_len leave open, narrowed by the pool's own bounds). The medians of
+    both ends over at least `min_points` observations make the payload range. Padding is
+    claimed only when the whole range is under `payload_min`; a range that straddles it is
+    an info finding that says so. Block rounding alone is also priced: a sequence of n
+    tokens holds ceil(n / block_size) blocks (a 1-token request holds 16 slots with
+    16-token blocks). Shared prefix blocks can push the ratio above 1.
     """
 
     code = "KV201"
@@ -53,15 +60,14 @@ class PaddingWaste(Rule):
         radix = evictable_added_back(ctx, scope)
         if radix is not None:
             yield radix
-        lens, size = lengths(ctx, scope), pool(ctx, scope)
-        if lens is None or size is None:
-            return  # undecidable without request lengths and a pool size
-        live = lens.prompt + lens.generated / 2
-        yield from _comparisons(ctx, scope, lens, size, live)
+        size = pool(ctx, scope)
+        if size is None:
+            return  # undecidable without a pool size
+        lens, spread_ = lengths(ctx, scope), spread(ctx, scope)
+        if lens is not None:
+            yield from _comparisons(ctx, scope, lens, size, lens.prompt + lens.generated / 2)
         busy = part.filter(
             (pl.col("usage") >= ctx.threshold("usage_min")) & (pl.col("running") > 0)
-        ).with_columns(
-            (pl.col("running") * live / (pl.col("usage") * size.usable)).alias("payload")
         )
         if busy.height < ctx.threshold("min_points"):
             yield ctx.rule_out(
@@ -69,27 +75,40 @@ class PaddingWaste(Rule):
                 "padding to inflate"
             )
             return
-        ratio = col_median(busy, "payload")
-        yield ctx.compare(
-            "payload: effective tokens / allocated slots" + (f" [{scope}]" if scope else ""),
-            1.0,
-            round(ratio, 3),
-            "ratio",
-            [size.source],
-            f"median over {busy.height} observations at {ctx.threshold('usage_min'):.0%}+ usage",
-        )
-        if ratio >= ctx.threshold("payload_min"):
+        observed = _Observed(busy, size, spread_, _shares_prefixes(ctx, scope))
+        typical = lens.prompt + lens.generated / 2 if lens is not None else spread_.longest
+        yield _payload_comparison(ctx, scope, size, observed)
+        line = ctx.threshold("payload_min")
+        if observed.bounds.at_or_over(line):
             yield ctx.rule_out(
-                f"the allocated slots carry {ratio:.0%} of their capacity in live tokens"
+                f"the allocated slots carry at least {_floor_pct(observed.bounds.low)} of their "
+                "capacity in live tokens"
             )
             return
-        row = busy.sort("payload").row(0, named=True)
+        if observed.bounds.straddles(line) and spread_.source == "no request lengths":
+            return  # without any length the range says nothing a reader could act on
+        yield self._finding(ctx, scope, size, observed, typical)
+
+    def _finding(
+        self, ctx: RuleContext, scope: str | None, size: Pool, observed: _Observed, typical: float
+    ) -> Finding:
+        line = ctx.threshold("payload_min")
+        row, worst = observed.most_padded()
         allocated = row["usage"] * size.usable
+        running = int(row["running"])
+        held = observed.spread.high(running)
+        claimed = observed.bounds.under(line)
         title = (
-            f"Allocated slots carry {ratio:.0%} live tokens: at {row['usage']:.0%} usage "
-            f"({fmt_tokens(allocated)} slots) {int(row['running']):,} running requests of about "
-            f"{fmt_tokens(live)} tokens hold {fmt_tokens(row['running'] * live)}"
+            f"Allocated slots carry {_range_text(observed.bounds)} live tokens: at "
+            f"{row['usage']:.0%} usage ({fmt_tokens(allocated)} slots) {running:,} running "
+            f"requests of at most {fmt_tokens(observed.spread.longest)} tokens hold at most "
+            f"{fmt_tokens(min(held, worst.high * allocated))} ({observed.spread.source})"
         )
+        if not claimed:
+            title = (
+                f"Padding undecided: {title}; the bounds straddle {line:.0%}, so the evidence "
+                "neither shows nor rules out padding"
+            )
         ev = [usage_evidence(ctx, row)]
         lines = ctx.sql(
             "SELECT * FROM log_stats WHERE kv_usage_pct IS NOT NULL"
@@ -100,7 +119,74 @@ class PaddingWaste(Rule):
         if lines.height:  # the engine's own stats line saw the same level
             top = lines.row(0, named=True)
             ev.append(ctx.evidence(top, "kv_usage_pct", top["kv_usage_pct"]))
-        yield ctx.finding(title, ev, _remedies(ctx, scope, size, live), replica=scope)
+        remedies = _remedies(ctx, scope, size, typical) if claimed else []
+        severity = None if claimed else Severity.INFO
+        return ctx.finding(title, ev, remedies, severity=severity, replica=scope, claimed=claimed)
+
+
+class _Observed:
+    """The payload range of every busy observation, and their medians."""
+
+    def __init__(self, busy: pl.DataFrame, size: Pool, spread_: Spread, shared: bool) -> None:
+        self.spread = spread_
+        self.shared = shared
+        self.rows = busy.to_dicts()
+        self.ranges = [
+            payload_range(
+                r["usage"] * size.usable, int(r["running"]), spread_, size.block_size, shared
+            )
+            for r in self.rows
+        ]
+        # The median is monotone: each observation's true ratio lies in its range, so the
+        # median ratio lies between the medians of the ends.
+        self.bounds = Range(
+            statistics.median(r.low for r in self.ranges),
+            statistics.median(r.high for r in self.ranges),
+        )
+
+    def most_padded(self) -> tuple[dict[str, Any], Range]:
+        """The observation whose upper bound is lowest (first of equals)."""
+        i = min(range(len(self.ranges)), key=lambda k: (self.ranges[k].high, k))
+        return self.rows[i], self.ranges[i]
+
+
+def _shares_prefixes(ctx: RuleContext, scope: str | None) -> bool:
+    """Whether requests may share cached prefix blocks (then one slot serves several)."""
+    row = ctx.config("enable_prefix_caching", scope)
+    if row is not None and str(row["value"]).lower() == "false":
+        return False
+    hit = prefix_hit_rate(ctx, scope)
+    return hit is None or hit > 0
+
+
+def _floor_pct(ratio: float) -> str:
+    """A lower bound in whole percent, rounded down so that it stays a bound."""
+    return f"{math.floor(100 * ratio)}%"
+
+
+def _range_text(bounds: Range) -> str:
+    """Whole percent, the low end rounded down and the high end up: still bounds."""
+    low, high = _floor_pct(bounds.low), f"{math.ceil(100 * bounds.high)}%"
+    return low if low == high else f"{low}-{high}"
+
+
+def _payload_comparison(
+    ctx: RuleContext, scope: str | None, size: Pool, observed: _Observed
+) -> Comparison:
+    bounds = observed.bounds
+    capped = "" if observed.shared else "; without shared prefixes at most 100 %"
+    return ctx.compare(
+        "payload: effective tokens / allocated slots" + (f" [{scope}]" if scope else ""),
+        1.0,
+        round(bounds.high, 3) if bounds.high != float("inf") else None,
+        "ratio",
+        [size.source],
+        f"median over {len(observed.rows)} observations at {ctx.threshold('usage_min'):.0%}+ "
+        f"usage; running requests {fmt_tokens(observed.spread.shortest)} to "
+        f"{fmt_tokens(observed.spread.longest)} tokens each ({observed.spread.source}){capped}",
+        low=round(bounds.low, 3),
+        high=round(bounds.high, 3) if bounds.high != float("inf") else None,
+    )
 
 
 def _remedies(ctx: RuleContext, scope: str | None, size: Pool, live: float) -> list[Remedy]:

@@ -250,6 +250,7 @@ def _comparisons(
         [caching.evidence],
         f"mean {fmt_tokens(lens.prompt)} prompt vs {fmt_tokens(lens.generated)} generated "
         f"({lens.source}); expected: the prompt-heavy threshold",
+        threshold=True,
     )
     observed = (
         "off"
@@ -264,4 +265,5 @@ def _comparisons(
         "ratio",
         [caching.evidence],
         f"expected: at least this where prompts share a prefix{residency}",
+        threshold=True,
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 import polars as pl
@@ -11,14 +11,17 @@ import polars as pl
 from kvdiag.analyzer.diagnosis import (
     Comparison,
     Evidence,
+    Extent,
     Finding,
     IncidentClass,
+    Remedy,
     RuledOut,
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.support.demand import Demand, trend
+from kvdiag.rules.support.demand import trend
 from kvdiag.rules.support.episodes import best_source, by_time
+from kvdiag.rules.support.growth import Growth, growth
 from kvdiag.rules.support.load_picture import (
     Preemptions,
     Pressure,
@@ -31,9 +34,16 @@ from kvdiag.rules.support.load_picture import (
     waiting_evidence,
 )
 from kvdiag.rules.support.peak import saturation_remedies
+from kvdiag.rules.support.pool_full import (
+    event_times,
+    points_extent,
+    replicas_with_statements,
+    statement_phrase,
+    statements,
+)
 from kvdiag.rules.support.queries import col_max, first_max, histogram_quantile
 from kvdiag.rules.support.vocabulary import Vocabulary, vocabulary
-from kvdiag.rules.support.workload import Lengths, Pool, fmt_request, fmt_tokens, lengths, pct, pool
+from kvdiag.rules.support.workload import Lengths, Pool, fmt_tokens, lengths, pct, pool
 
 
 @dataclass
@@ -52,20 +62,11 @@ class _Replica:
     max_running: int
     max_concurrent: int  # running + waiting at the same moment
     words: Vocabulary
+    # What the requests held (running + waiting; running alone) may grow to, as bounds
+    # (support/growth.py); None without a pool size or anything bounding a request.
+    queued: Growth | None
+    running: Growth | None
     evidence: list[Evidence] = field(default_factory=list)
-
-    @property
-    def queued_demand(self) -> Demand | None:
-        if self.lens is None or self.pool is None:
-            return None
-        return Demand(self.max_concurrent, self.pool.slots(self.lens.peak), self.pool.usable)
-
-    @property
-    def running_demand(self) -> Demand | None:
-        """What the running requests grow to: provable only when max_tokens is known."""
-        if self.lens is None or self.pool is None or not self.lens.max_tokens:
-            return None
-        return Demand(self.max_running, self.pool.slots(self.lens.peak), self.pool.usable)
 
 
 class KvSaturation(Rule):
@@ -75,11 +76,20 @@ class KvSaturation(Rule):
     (metrics scrapes or the engine's stats lines); preemptions (counter, stats lines, v0
     warnings) with a pool that reached `usage_full`. Either fires the rule as an error.
     Without a queue yet, it fires as a warning when the running requests' worst case
-    (prompt + max_tokens each) provably exceeds the pool, or when usage climbs steadily
+    (prompt + max_tokens each) provably exceeds the pool: even the fewest slots the length
+    evidence allows them (support/growth.py), not their mean; bounds that straddle the pool
+    warn of nothing, and the rule-out says so. It also warns when usage climbs steadily
     towards full: a line fitted over the `trend_window` seconds before a peak of at least
     `usage_warn` that reaches 100 % within `horizon` seconds (time to exhaustion).
-    Layer 3 comparisons: peak demand against the pool, waiting, preemptions, queue time and
-    TTFT p99. Remedies are priced: max_num_seqs that fits, replicas, fp8 KV, a bigger pool.
+    Without any usage or queue line (a pasted fragment), the engine's own statements that the
+    pool was full decide alone: preemption warnings and SGLang retractions fire it as a warning
+    (the pool was full at those moments, but nothing shows for how long or what waited), and
+    SGLang's `Decode out of memory` RuntimeError as an error (a step found no KV slots at
+    all). The findings carry their extent (moments and seconds of a full pool), which the
+    verdict's confidence weighs.
+    Layer 3 comparisons: peak demand (with its bounds) against the pool, waiting, preemptions,
+    queue time and TTFT p99. Remedies are priced: max_num_seqs that fits, replicas, fp8 KV, a
+    bigger pool.
     """
 
     code = "KV301"
@@ -87,7 +97,7 @@ class KvSaturation(Rule):
     layer = 3
     severity = Severity.ERROR
     implies = IncidentClass.SATURATION
-    requires_any = ("metric_samples", "log_stats")
+    requires_any = ("metric_samples", "log_stats", "log_preemptions", "log_capacity_errors")
     thresholds = (
         Threshold("usage_full", 0.90, "ratio", "KV usage at or above this counts as a full pool"),
         Threshold("min_waiting", 1, "requests", "waiting requests that count as a queue"),
@@ -98,16 +108,21 @@ class KvSaturation(Rule):
 
     def check(self, ctx: RuleContext) -> Iterable[Finding | Comparison | RuledOut]:
         replicas = points_by_replica(ctx)
+        unpictured = [r for r in replicas_with_statements(ctx) if r not in replicas]
+        multi = len(replicas) + len(unpictured) > 1
         for name, part in replicas.items():
-            rep = self._gather(ctx, name, part, multi=len(replicas) > 1)
-            yield from _comparisons(ctx, rep, multi=len(replicas) > 1)
-            yield from self._decide(ctx, rep, multi=len(replicas) > 1)
+            rep = self._gather(ctx, name, part, multi=multi)
+            yield from _comparisons(ctx, rep, multi=multi)
+            yield from self._decide(ctx, rep, multi=multi)
+        for name in unpictured:
+            yield from _from_statements(ctx, name if multi else None)
 
     def _gather(self, ctx: RuleContext, name: str, part: pl.DataFrame, multi: bool) -> _Replica:
         full, min_w = ctx.threshold("usage_full"), ctx.threshold("min_waiting")
         hot = part.filter((pl.col("usage") >= full) & (pl.col("waiting") >= min_w))
         concurrent = part.select((pl.col("running") + pl.col("waiting")).max()).item()
         scope = name if multi else None
+        size = pool(ctx, scope)
         return _Replica(
             name=name,
             points=part,
@@ -115,12 +130,14 @@ class KvSaturation(Rule):
             pre=preemptions(ctx, scope),
             pressure=pressure(ctx, scope),
             lens=lengths(ctx, scope),
-            pool=pool(ctx, scope),
+            pool=size,
             peak_usage=col_max(part, "usage"),
             max_waiting=int(col_max(part, "waiting")),
             max_running=int(col_max(part, "running")),
             max_concurrent=int(concurrent or 0),
             words=vocabulary(ctx, scope),
+            queued=growth(ctx, part, scope, size, with_waiting=True) if size else None,
+            running=growth(ctx, part, scope, size) if size else None,
         )
 
     def _decide(self, ctx: RuleContext, rep: _Replica, multi: bool) -> Iterator[Finding | RuledOut]:
@@ -130,7 +147,7 @@ class KvSaturation(Rule):
         if rep.hot.height or (pushed_out and rep.peak_usage >= full):
             title = _full_title(rep) + _fill_time(rep, full)
             ev = _full_evidence(ctx, rep)
-            yield ctx.finding(
+            finding = ctx.finding(
                 title,
                 ev,
                 saturation_remedies(
@@ -138,6 +155,7 @@ class KvSaturation(Rule):
                 ),
                 replica=replica,
             )
+            yield replace(finding, extent=_full_extent(rep, full))
             return
         warning = self._risk(ctx, rep)
         if warning is not None:
@@ -152,20 +170,21 @@ class KvSaturation(Rule):
                 replica=replica,
             )
             return
-        yield ctx.rule_out(_not_full_reason(ctx, rep))
+        yield ctx.rule_out(_not_full_reason(ctx, rep) + _straddle(rep))
 
     def _risk(self, ctx: RuleContext, rep: _Replica) -> tuple[str, list[Evidence]] | None:
-        """A warning without a queue: provable worst case over the pool, or a steady climb."""
+        """A warning without a queue: even the fewest slots the running requests may grow
+        to (prompt + max_tokens) exceed the pool, or usage climbs steadily."""
         peak_row = first_max(rep.points, "usage")
         assert peak_row is not None
         peak_ev = usage_evidence(ctx, peak_row)
-        worst = rep.running_demand
-        if worst is not None and worst.exceeds and rep.lens is not None:
+        grown = rep.running
+        if grown is not None and grown.demand.exceeds and grown.grows == "prompt + max_tokens":
+            d = grown.demand
             return (
-                f"Current usage understates the risk: {rep.max_running} running requests grow "
-                f"to {fmt_request(rep.lens.peak, worst.per_request)} each (prompt + max_tokens), "
-                f"{fmt_tokens(worst.total)} tokens = {worst.ratio:.1f}x the pool of "
-                f"{fmt_tokens(worst.pool)} (usage peaked at {rep.peak_usage:.0%})",
+                f"Current usage understates the risk: {_held(grown)} grow to at least "
+                f"{fmt_tokens(d.low)} tokens = {d.ratio(d.low):.1f}x the pool of "
+                f"{fmt_tokens(d.pool)} ({grown.basis()}; usage peaked at {rep.peak_usage:.0%})",
                 [peak_ev],
             )
         climb = _climb(ctx, rep, peak_row)
@@ -177,6 +196,65 @@ class KvSaturation(Rule):
             f"rate the pool is full in {seconds:.0f} s",
             [peak_ev],
         )
+
+
+def _held(grown: Growth) -> str:
+    """How many requests the bound counts, and at which observation."""
+    n = grown.demand.requests
+    when = f" at {grown.at:%H:%M:%S}" if grown.at is not None else ""
+    return f"{n} running {'requests' if n != 1 else 'request'}{when}"
+
+
+def _straddle(rep: _Replica) -> str:
+    """The rule-out's caveat when the running requests' growth may or may not pass the
+    pool: no warning is claimed on it (an info finding would list saturation among the
+    verdict's classes), but the reader learns the risk is open. Silent where only
+    max_model_len bounds a request (a range that wide says nothing a reader can act on)."""
+    grown = rep.running
+    if grown is None or not grown.lengths_known or not grown.demand.straddles:
+        return ""
+    d = grown.demand
+    return (
+        f"; but {_held(grown)} could grow to {fmt_tokens(d.low)} to {fmt_tokens(d.high)} "
+        f"tokens against the pool of {fmt_tokens(d.pool)} ({grown.basis()}): the bounds "
+        "straddle the pool, so an overflow as they grow is neither shown nor ruled out"
+    )
+
+
+def _from_statements(ctx: RuleContext, replica: str | None) -> Iterator[Finding]:
+    """Saturation from the engine's own statements alone: no usage or queue line exists."""
+    said = statements(ctx, replica)
+    if not said.said:
+        return
+    words = vocabulary(ctx, replica)
+    title = (
+        f"KV pool {'exhausted' if said.crashed else 'full'} by the engine's own account: "
+        f"{statement_phrase(said, words)}; no usage or queue lines show how long it lasted"
+    )
+    remedies = [
+        Remedy(
+            f"lower {words.flag('max_num_seqs')}",
+            "fewer requests at once hold fewer KV slots; size it from the pool and the request "
+            "lengths, which these lines do not give",
+        ),
+        Remedy(
+            words.phrase("grow_pool"),
+            "only where the card has free memory the pool cannot reach",
+        ),
+        *saturation_remedies(ctx, None, None, 0, 0, replica),
+    ]
+    severity = Severity.ERROR if said.crashed else Severity.WARNING
+    finding = ctx.finding(title, said.evidence(ctx), remedies, severity=severity, replica=replica)
+    yield replace(finding, extent=said.extent())
+
+
+def _full_extent(rep: _Replica, full: float) -> Extent:
+    """The moments of a full pool with a queue; without a queue, of a full pool and the
+    events that pushed requests out."""
+    if rep.hot.height:
+        return points_extent(best_source(rep.hot))
+    full_rows = best_source(rep.points.filter(pl.col("usage") >= full))
+    return points_extent(full_rows, event_times(rep.pre))
 
 
 def _climb(
@@ -216,12 +294,14 @@ def _full_title(rep: _Replica) -> str:
         title += f", up to {rep.pressure.swapped} swapped to CPU"
     if rep.pressure.rejected:
         title += f", {rep.pressure.rejected} rejected"
-    demand = rep.queued_demand
-    if demand is not None and demand.exceeds and rep.lens is not None:
-        each = fmt_request(rep.lens.peak, demand.per_request)
+    queued = rep.queued
+    if queued is not None and queued.demand.exceeds:
+        d = queued.demand
+        least = "" if round(d.low) == round(d.high) else "at least "
         title += (
-            f"; peak demand {rep.max_concurrent} requests x {each} = {demand.ratio:.1f}x the "
-            f"pool of {fmt_tokens(demand.pool)}"
+            f"; peak demand: {d.requests} requests running or waiting hold {least}"
+            f"{fmt_tokens(d.low)} tokens = {d.ratio(d.low):.1f}x the pool of "
+            f"{fmt_tokens(d.pool)} ({queued.basis()})"
         )
     return title
 
@@ -292,6 +372,7 @@ def _comparisons(ctx: RuleContext, rep: _Replica, multi: bool) -> Iterator[Compa
         "ratio",
         src,
         "expected: the level counted as full",
+        threshold=True,
     )
     waiting_row = first_max(rep.points, "waiting")
     cited = waiting_row is not None and waiting_cited(waiting_row)
@@ -307,17 +388,7 @@ def _comparisons(ctx: RuleContext, rep: _Replica, multi: bool) -> Iterator[Compa
         if rep.pre.source
         else f"no {rep.words.word('preemption')} witness",
     )
-    demand = rep.queued_demand
-    if demand is not None and rep.lens is not None:
-        yield ctx.compare(
-            f"peak demand (running + waiting) x (prompt + max_tokens){tag}",
-            demand.pool,
-            round(demand.total),
-            "tokens",
-            [rep.pool.source if rep.pool else None],
-            f"{rep.max_concurrent} requests x {fmt_tokens(rep.lens.peak)} tokens "
-            f"({rep.lens.source}); expected = usable pool",
-        )
+    yield from _demand_row(ctx, rep, tag)
     scope = rep.name if multi else None
     for metric, label in (("request_queue_time", "queue time"), ("time_to_first_token", "TTFT")):
         for q in (0.95, 0.99):
@@ -331,3 +402,23 @@ def _comparisons(ctx: RuleContext, rep: _Replica, multi: bool) -> Iterator[Compa
                     [],
                     "metrics histogram, over the whole window",
                 )
+
+
+def _demand_row(ctx: RuleContext, rep: _Replica, tag: str) -> Iterator[Comparison]:
+    """The most the peak's requests may hold against the pool, with the fewest; none where
+    only max_model_len bounds a request (1 token to max_model_len each says nothing)."""
+    grown = rep.queued
+    if grown is None or not grown.lengths_known or not grown.demand.requests:
+        return
+    d = grown.demand
+    yield ctx.compare(
+        f"peak demand (running + waiting) x ({grown.grows}){tag}",
+        d.pool,
+        round(d.high),
+        "tokens",
+        [rep.pool.source if rep.pool else None],
+        f"{d.requests} requests ({grown.basis()}); expected: the usable pool",
+        threshold=True,
+        low=round(d.low),
+        high=round(d.high),
+    )

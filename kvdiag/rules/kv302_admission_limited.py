@@ -13,11 +13,12 @@ from kvdiag.rules.support.episodes import Episode, best_source, episodes
 from kvdiag.rules.support.load_picture import (
     points_by_replica,
     preemptions,
-    pressure,
     usage_evidence,
     waiting_evidence,
 )
 from kvdiag.rules.support.queries import col_max, gauge
+from kvdiag.rules.support.queue_cap import CapReading, pool_during, read_caps
+from kvdiag.rules.support.rejections import Rejections, rejecting_replicas, rejections
 from kvdiag.rules.support.vocabulary import vocabulary
 from kvdiag.rules.support.workload import Lengths, fmt_tokens, lengths, pct, pool
 
@@ -40,6 +41,12 @@ class AdmissionLimited(Rule):
     `prompt_share` of all tokens processed), max_num_seqs (running pinned at the configured
     cap), a queue cap (rejections, 429/503), deferred requests (`waiting_by_reason`), or
     says it cannot tell (LoRA slots and other limits leave no trace in the inputs).
+
+    Requests refused with 429/503 are admission at work even when nothing waited (a cap
+    on requests in flight turns them away before they queue) and when no load was
+    observed at all (an access log alone): with a queue cap in evidence and the pool not
+    full around them, the finding names the cap, the count and the first and last
+    rejection. Without a cap in evidence it says what is known and claims nothing.
     """
 
     code = "KV302"
@@ -47,7 +54,7 @@ class AdmissionLimited(Rule):
     layer = 3
     severity = Severity.WARNING
     implies = IncidentClass.ADMISSION_LIMITED
-    requires_any = ("metric_samples", "log_stats")
+    requires_any = ("metric_samples", "log_stats", "log_http", "client_requests")
     thresholds = (
         Threshold("min_waiting", 1, "requests", "waiting requests that count as a queue"),
         Threshold("min_points", 5, "observations", "a queue episode must last this many"),
@@ -60,21 +67,22 @@ class AdmissionLimited(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterable[Finding | RuledOut]:
-        replicas = points_by_replica(ctx)
+        replicas: dict[str, pl.DataFrame | None] = dict(points_by_replica(ctx))
+        # Replicas seen only refusing requests (an access log without load points).
+        replicas |= {r: None for r in rejecting_replicas(ctx, known=replicas)}
         for name, part in replicas.items():
             yield from self._replica(ctx, name, part, len(replicas) > 1)
 
     def _replica(
-        self, ctx: RuleContext, name: str, part: pl.DataFrame, multi: bool
+        self, ctx: RuleContext, name: str, part: pl.DataFrame | None, multi: bool
     ) -> Iterator[Finding | RuledOut]:
         scope = name if multi else None
-        found = [
-            e
-            for e in episodes(best_source(part), ctx.threshold("min_waiting"))
-            if e.length >= ctx.threshold("min_points")
-        ]
+        refused = rejections(ctx, scope)
+        found = [] if part is None else _queue_episodes(ctx, part)
         if not found:
-            if not col_max(part, "waiting"):
+            if refused:
+                yield from self._rejected(ctx, refused, part, scope)
+            elif part is not None and not col_max(part, "waiting"):
                 yield ctx.rule_out("no request waited")
             return
         roomy = [e for e in found if e.median_usage < ctx.threshold("usage_room")]
@@ -83,11 +91,13 @@ class AdmissionLimited(Rule):
             top = max(e.median_usage for e in found)
             words = vocabulary(ctx, scope)
             why = words.count(pre) if pre else f"median KV usage {pct(top)} while queued"
-            yield ctx.rule_out(f"the queue coincided with a full pool ({why}): KV-bound")
+            overflow = f"; its {refused.count} rejected requests too" if refused else ""
+            yield ctx.rule_out(f"the queue coincided with a full pool ({why}): KV-bound{overflow}")
             return
+        assert part is not None
         worst = max(roomy, key=lambda e: e.max_waiting)
         lens = lengths(ctx, scope)
-        limiter = _limiter(ctx, worst, part, lens, scope)
+        limiter = _limiter(ctx, worst, part, lens, scope, refused)
         title = (
             f"Requests waited while the KV pool had room: up to {worst.max_waiting} waiting with "
             f"KV usage at most {pct(worst.peak_usage)} (median {pct(worst.median_usage)}); "
@@ -96,7 +106,44 @@ class AdmissionLimited(Rule):
         row = worst.row_of_max("waiting")
         ev = [waiting_evidence(ctx, row), usage_evidence(ctx, worst.row_of_max("usage"))]
         ev += limiter.evidence + _stats_line(ctx, worst, scope)
-        yield ctx.finding(title, ev, limiter.remedies, replica=name if multi else None)
+        yield ctx.finding(title, ev, limiter.remedies, replica=scope)
+
+    def _rejected(
+        self, ctx: RuleContext, refused: Rejections, part: pl.DataFrame | None, scope: str | None
+    ) -> Iterator[Finding | RuledOut]:
+        """Requests were refused and none queued long enough for an episode."""
+        during = pool_during(ctx, part, refused)
+        pre = preemptions(ctx, scope).count
+        full = during.known and (during.median or 0.0) >= ctx.threshold("usage_room")
+        if full or pre:
+            words = vocabulary(ctx, scope)
+            why = words.count(pre) if pre else f"median KV usage {pct(during.median or 0.0)}"
+            yield ctx.rule_out(
+                f"{refused.count} requests were rejected while the pool was full ({why}): "
+                "KV-bound, not an admission limit"
+            )
+            return
+        reading = read_caps(ctx, refused, during, scope)
+        # Without a cap in evidence the 503s are stated, not read as admission_limited.
+        title = f"Admission refused work: {reading.text}" if reading.cap_named else reading.text
+        severity = None if reading.cap_named else Severity.INFO
+        yield ctx.finding(
+            title,
+            reading.evidence,
+            reading.remedies,
+            severity=severity,
+            replica=scope,
+            claimed=reading.cap_named,
+        )
+
+
+def _queue_episodes(ctx: RuleContext, part: pl.DataFrame) -> list[Episode]:
+    """Queue episodes long enough to count, from the finest source."""
+    return [
+        e
+        for e in episodes(best_source(part), ctx.threshold("min_waiting"))
+        if e.length >= ctx.threshold("min_points")
+    ]
 
 
 def _stats_line(ctx: RuleContext, ep: Episode, scope: str | None) -> list[Evidence]:
@@ -114,13 +161,21 @@ def _stats_line(ctx: RuleContext, ep: Episode, scope: str | None) -> list[Eviden
 
 
 def _limiter(
-    ctx: RuleContext, ep: Episode, part: pl.DataFrame, lens: Lengths | None, scope: str | None
+    ctx: RuleContext,
+    ep: Episode,
+    part: pl.DataFrame,
+    lens: Lengths | None,
+    scope: str | None,
+    refused: Rejections,
 ) -> _Limiter:
     # The binding limit first: a queue cap or deferral is often a consequence of it.
-    for probe in (_max_num_seqs, _prefill_bound, _concurrency_cap, _deferred, _queue_cap):
+    for probe in (_max_num_seqs, _prefill_bound, _concurrency_cap, _deferred):
         found = probe(ctx, ep, lens, scope)
         if found is not None:
-            return found
+            return _with_rejections(ctx, found, part, refused, scope)
+    if refused:
+        reading = read_caps(ctx, refused, pool_during(ctx, part, refused), scope)
+        return _Limiter("queue cap", reading.text, reading.evidence, reading.remedies)
     return _Limiter(
         "limiter not identified",
         f"no {vocabulary(ctx, scope).name('max_num_seqs')} cap reached, no token-budget "
@@ -147,18 +202,22 @@ def _deferred(
     )
 
 
-def _queue_cap(
-    ctx: RuleContext, ep: Episode, lens: Lengths | None, scope: str | None
-) -> _Limiter | None:
-    seen = pressure(ctx, scope)
-    if not seen.rejected:
-        return None
+def _with_rejections(
+    ctx: RuleContext,
+    limiter: _Limiter,
+    part: pl.DataFrame,
+    refused: Rejections,
+    scope: str | None,
+) -> _Limiter:
+    """The binding limiter, and the requests a queue cap refused behind it."""
+    if not refused:
+        return limiter
+    reading: CapReading = read_caps(ctx, refused, pool_during(ctx, part, refused), scope)
     return _Limiter(
-        "queue cap",
-        f"{seen.rejected} requests were rejected (admission rejections, 429/503) "
-        "while the pool had room: a queue or concurrency cap turned them away",
-        [e for e in seen.evidence if e.what == "http_status"],
-        [Remedy("raise the queue cap, or add replicas", "the KV pool had room for more")],
+        limiter.kind,
+        f"{limiter.text}; behind it, {reading.text}",
+        limiter.evidence + reading.evidence,
+        limiter.remedies + reading.remedies,
     )
 
 

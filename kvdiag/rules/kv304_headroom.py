@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Evidence, Finding, IncidentClass, RuledOut, Severity
+from kvdiag.analyzer.diagnosis import (
+    Comparison,
+    Evidence,
+    Finding,
+    IncidentClass,
+    RuledOut,
+    Severity,
+)
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.support.demand import Demand
+from kvdiag.rules.support.growth import Growth, growth
 from kvdiag.rules.support.load_picture import (
     points_by_replica,
     preemptions,
@@ -17,18 +25,22 @@ from kvdiag.rules.support.load_picture import (
 )
 from kvdiag.rules.support.queries import col_max, first_max
 from kvdiag.rules.support.vocabulary import vocabulary
-from kvdiag.rules.support.workload import fmt_request, fmt_tokens, lengths, pct, pool
+from kvdiag.rules.support.workload import fmt_tokens, pct, pool
 
 
 class KvHeadroom(Rule):
     """No request waited or was preempted, no OOM or rejection, and the headroom covers growth.
 
     "90 % and healthy" is a possible verdict: a high level is safe when fewer than
-    `min_waiting` requests ever wait and
-    the running requests, each grown to prompt + max_tokens (else to what they generated),
-    still fit the pool. When that growth cannot be bounded (no request lengths or pool size)
-    a peak at or above `usage_unbounded` is not called healthy: the rule stays silent and
-    says why, and the verdict becomes insufficient_evidence rather than a guess.
+    `min_waiting` requests ever wait and the running requests, each grown to prompt +
+    max_tokens (else to what it generated), still fit the pool even if they were the
+    longest the evidence allows (support/growth.py: the longest of those in flight at each
+    observation by the client's log, else of the window; histogram bucket edges; else
+    max_model_len). When even the shortest they could be exceed the pool, or the bounds
+    straddle it, healthy is not claimed and the reason says which. Without request lengths
+    or a pool size, a peak at or above `usage_unbounded` is not called healthy either: the
+    rule stays silent and says why, and the verdict becomes insufficient_evidence rather
+    than a guess.
     """
 
     code = "KV304"
@@ -47,28 +59,28 @@ class KvHeadroom(Rule):
         ),
     )
 
-    def check(self, ctx: RuleContext) -> Iterable[Finding | RuledOut]:
+    def check(self, ctx: RuleContext) -> Iterable[Finding | Comparison | RuledOut]:
         replicas = points_by_replica(ctx)
         if not replicas:
             return
-        verdicts = [self._replica(ctx, r, part, len(replicas) > 1) for r, part in replicas.items()]
-        blockers = [v for v in verdicts if isinstance(v, str)]
+        multi = len(replicas) > 1
+        judged = [self._judge(ctx, r, part, multi) for r, part in replicas.items()]
+        yield from (j.comparison for j in judged if j.comparison is not None)
+        blockers = [j.verdict for j in judged if isinstance(j.verdict, str)]
         if blockers:
             yield ctx.rule_out("; ".join(blockers))
             return
-        healthy = [v for v in verdicts if not isinstance(v, str)]
+        healthy = [j.verdict for j in judged if not isinstance(j.verdict, str)]
         yield ctx.finding("; ".join(t for t, _ in healthy), [e for _, ev in healthy for e in ev])
 
     def judge_replica(
         self, ctx: RuleContext, name: str, part: pl.DataFrame
     ) -> str | tuple[str, list[Evidence]]:
         """One replica of several (the fleet view): why it is not healthy, or its title."""
-        return self._replica(ctx, name, part, multi=True)
+        return self._judge(ctx, name, part, multi=True).verdict
 
-    def _replica(
-        self, ctx: RuleContext, name: str, part: pl.DataFrame, multi: bool
-    ) -> str | tuple[str, list[Evidence]]:
-        """A reason it is not healthy, or (title, evidence) when it is."""
+    def _judge(self, ctx: RuleContext, name: str, part: pl.DataFrame, multi: bool) -> _Judgement:
+        """A reason it is not healthy, or (title, evidence) when it is; and the growth row."""
         scope = name if multi else None
         tag = f"{name}: " if multi else ""
         peak_row = first_max(part, "usage")
@@ -82,41 +94,97 @@ class KvHeadroom(Rule):
         ]
         waited = int(col_max(part, "waiting"))
         if waited >= ctx.threshold("min_waiting"):
-            return f"{tag}up to {waited} requests waited"
+            return _Judgement(f"{tag}up to {waited} requests waited")
         pre = preemptions(ctx, scope).count
         if pre:
-            return tag + vocabulary(ctx, scope).count(pre)
+            return _Judgement(tag + vocabulary(ctx, scope).count(pre))
         trouble = list(_trouble(ctx, scope))
         if trouble:
-            return tag + ", ".join(trouble)
-        growth = _growth(ctx, part, scope)
+            return _Judgement(tag + ", ".join(trouble))
+        size = pool(ctx, scope)
+        grown = growth(ctx, part, scope, size) if size is not None else None
+        compared = _comparison(ctx, name if multi else None, grown)
         shown = pct(peak)
-        if growth is None:
+        if grown is None or not (grown.lengths_known or grown.demand.fits):
             if peak >= ctx.threshold("usage_unbounded"):
-                return (
+                return _Judgement(
                     f"{tag}KV usage peaked at {shown} and the growth of the running requests "
-                    "could not be bounded (no request lengths or pool size)"
+                    "could not be bounded (no request lengths or pool size)",
+                    compared,
                 )
             growth_text = "growth not bounded (no request lengths), but the level stayed low"
+        elif not grown.demand.fits:
+            return _Judgement(tag + _not_shown(grown, shown), compared)
         else:
-            demand, source, peak_tokens = growth
-            if demand.exceeds:
-                return (
-                    f"{tag}{demand.requests} running requests could grow to "
-                    f"{fmt_tokens(demand.total)} tokens, {demand.ratio:.1f}x the pool"
-                )
-            many = "requests" if demand.requests != 1 else "request"
-            each = fmt_request(peak_tokens, demand.per_request)
-            growth_text = (
-                f"{demand.requests} running {many} grown to {each} each ({source}) need "
-                f"{fmt_tokens(demand.total)} of {fmt_tokens(demand.pool)} tokens"
-            )
+            growth_text = _fits_text(grown)
         title = (
             f"{tag}KV usage peaked at {shown}; nothing waited, nothing was "
             f"{vocabulary(ctx, scope).word('preempted')}, no OOM or "
             f"rejection; {growth_text}"
         )
-        return title, evidence
+        return _Judgement((title, evidence), compared)
+
+
+@dataclass(frozen=True, slots=True)
+class _Judgement:
+    """One replica: why it is not healthy, or (title, evidence); its growth comparison."""
+
+    verdict: str | tuple[str, list[Evidence]]
+    comparison: Comparison | None = None
+
+
+def _running(grown: Growth) -> str:
+    """How many ran at the moment that bounds the growth, and when."""
+    n = grown.demand.requests
+    when = f" at {grown.at:%H:%M:%S}" if grown.at is not None else ""
+    return f"{n} running {'requests' if n != 1 else 'request'}{when}"
+
+
+def _fits_text(grown: Growth) -> str:
+    d = grown.demand
+    exact = round(d.low) == round(d.high)
+    need = fmt_tokens(d.high) if exact else f"at most {fmt_tokens(d.high)}"
+    verb = "needs" if d.requests == 1 else "need"
+    return f"{_running(grown)} {verb} {need} of {fmt_tokens(d.pool)} tokens ({grown.basis()})"
+
+
+def _not_shown(grown: Growth, shown: str) -> str:
+    """Why healthy is not claimed: even the fewest exceed the pool, or the bounds straddle."""
+    d = grown.demand
+    if d.exceeds:
+        return (
+            f"{_running(grown)} could grow to at least {fmt_tokens(d.low)} tokens, "
+            f"{d.ratio(d.low):.1f}x the pool of {fmt_tokens(d.pool)} ({grown.basis()})"
+        )
+    return (
+        f"KV usage peaked at {shown} and the running requests' growth straddles the pool: "
+        f"{_running(grown)} could need {fmt_tokens(d.low)} to {fmt_tokens(d.high)} of "
+        f"{fmt_tokens(d.pool)} tokens ({grown.basis()}), so the headroom is neither shown "
+        "nor ruled out"
+    )
+
+
+def _comparison(ctx: RuleContext, name: str | None, grown: Growth | None) -> Comparison | None:
+    """The growth's range against the pool; none where max_model_len alone bounds it and
+    does not fit (a range that wide says nothing a reader could act on)."""
+    if grown is None or not grown.demand.requests:
+        return None
+    if not (grown.lengths_known or grown.demand.fits):
+        return None
+    d = grown.demand
+    tag = f" [{name}]" if name else ""
+    return ctx.compare(
+        f"growth of the running requests ({grown.grows}){tag}",
+        d.pool,
+        round(d.high),
+        "tokens",
+        [],
+        f"{_running(grown)} ({grown.basis()}); expected: the usable pool, which the most "
+        "they may hold must not pass",
+        threshold=True,
+        low=round(d.low),
+        high=round(d.high),
+    )
 
 
 def _trouble(ctx: RuleContext, replica: str | None) -> Iterator[str]:
@@ -138,15 +206,3 @@ def _count(ctx: RuleContext, table: str, replica: str | None) -> int:
         lambda: dict(ctx.sql(f"SELECT replica, count(*) FROM {table} GROUP BY ALL").rows()),
     )
     return sum(counts.values()) if replica is None else counts.get(replica, 0)
-
-
-def _growth(
-    ctx: RuleContext, part: pl.DataFrame, replica: str | None
-) -> tuple[Demand, str, float] | None:
-    lens, size = lengths(ctx, replica), pool(ctx, replica)
-    if lens is None or size is None:
-        return None
-    running = int(col_max(part, "running"))
-    grows = "prompt + max_tokens" if lens.max_tokens else "prompt + generated"
-    # Each request holds whole blocks: count its peak in slots, not tokens.
-    return Demand(running, size.slots(lens.peak), size.usable), f"{grows}, {lens.source}", lens.peak

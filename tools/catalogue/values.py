@@ -18,6 +18,12 @@ VALUES: tuple[tuple[str, str, list[str]], ...] = (
         r"^\{\}Avg prompt throughput: .*Waiting: \{\} reqs, \{\} KV cache usage: \{\}%$",
         ["Engine 000: ", "808.1", "181.3", "6", "30", "GPU", "95.5"],
     ),
+    # HPU worker: format_bytes() prints each size with its unit ('79.16 GiB').
+    (
+        "vllm",
+        r"^Free device memory: \{\}, \{\} usable \(gpu_memory_utilization=",
+        ["79.16 GiB", "39.58 GiB", "0.5", "15.83 GiB", "0.4", "23.75 GiB"],
+    ),
     # SGLang 0.5.1 prefill line: token_msg is 'token usage: X, ' (no #token yet).
     (
         "sglang",

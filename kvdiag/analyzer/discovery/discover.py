@@ -247,13 +247,14 @@ def discover(
         set_aside += unpacked.refused
         root = base = unpacked.root
     series = _Series()
+    quotes: list[tuple[str, str, tuple[str, str, int]]] = []
     looked_at = 0
     for n, (entry, rel, peek) in enumerate(_files(root, scratch, set_aside), 1):
         looked_at += entry.size
         if seen is not None:
             seen(n, looked_at)
         path = entry.path
-        ingester, why, hint, source = _recognise(path, rel, peek, series)
+        ingester, why, hint, source, quoting = _recognise(path, rel, peek, series)
         if ingester is None:
             set_aside.append(_set_aside(entry, rel, why))
             continue
@@ -263,9 +264,13 @@ def discover(
             set_aside.append(InputRecord(rel, ingester.kind, "skipped", why, entry.size))
             continue
         key = ingester.series_key(rel) or rel
+        if quoting:
+            quotes.append((ingester.kind, key, (path, rel, entry.size)))
+            continue
         groups[(ingester.kind, key)].append((path, rel, entry.size))
         if hint is not None and (anchor is None or hint < anchor):
             anchor, anchor_source = hint, source
+    set_aside += _place_quotes(quotes, groups)
     replica_dirs = _replica_dirs(groups)
     units = tuple(
         _unit(kind, key, members, replica_dirs) for (kind, key), members in sorted(groups.items())
@@ -275,19 +280,40 @@ def discover(
 
 def _recognise(
     path: str, rel: str, peek: bytes, series: _Series
-) -> tuple[type[Ingester] | None, str, datetime | None, str]:
-    """(the file's ingester or None, why not, the time it gives, where that time is from)."""
+) -> tuple[type[Ingester] | None, str, datetime | None, str, bool]:
+    """(the file's ingester or None, why not, the time it gives, where that time is from,
+    whether the file only quotes that kind's messages)."""
     known = series.match(rel, peek)
     if known is not None and (hint := known.time_hint(rel)) is not None:
-        return known, "", hint, "scrape file names"
+        return known, "", hint, "scrape file names", False
     head = _head(path, peek)  # to sniff, or for a time in the content
     ingester, why = (known, "") if known is not None else classify_file(rel, head)
     if ingester is None:
-        return None, why, None, ""
+        return None, why, None, "", False
     series.remember(rel, peek, ingester)
     if (hint := ingester.time_hint(rel)) is not None:
-        return ingester, "", hint, "scrape file names"
-    return ingester, "", ingester.content_time_hint(_decode_head(head)), f"times in {rel}"
+        return ingester, "", hint, "scrape file names", False
+    text = _decode_head(head)
+    quoting = ingester.quotes(rel.rpartition("/")[2], text)
+    return ingester, "", ingester.content_time_hint(text), f"times in {rel}", quoting
+
+
+def _place_quotes(
+    quotes: list[tuple[str, str, tuple[str, str, int]]],
+    groups: dict[tuple[str, str], list[tuple[str, str, int]]],
+) -> list[InputRecord]:
+    """Files that only quote a log's messages (notes, a ticket) are read when they are all
+    the incident has of that log; beside the log itself they are set aside, so that its
+    lines, not their quotes, are the evidence."""
+    aside = []
+    logs = {kind: rel for (kind, _), members in groups.items() for _, rel, _ in members}
+    for kind, key, (path, rel, size) in quotes:
+        if kind in logs:
+            why = f"quotes {kind} messages without their headers; {logs[kind]} holds the log itself"
+            aside.append(InputRecord(rel, kind, "skipped", why, size))
+        else:
+            groups[(kind, key)].append((path, rel, size))
+    return aside
 
 
 def _set_aside(entry: _Entry, rel: str, why: str) -> InputRecord:

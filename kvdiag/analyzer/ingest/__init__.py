@@ -8,6 +8,7 @@ from kvdiag.analyzer.ingest.config.launch_flags import LaunchFlagsIngester
 from kvdiag.analyzer.ingest.config.model_config import ModelConfigIngester
 from kvdiag.analyzer.ingest.gpu.nvidia_smi import NvidiaSmiIngester
 from kvdiag.analyzer.ingest.logs.sglang import SglangLogIngester
+from kvdiag.analyzer.ingest.logs.tgi import TgiLogIngester
 from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
 from kvdiag.analyzer.ingest.metrics.api_export import PromApiIngester
 from kvdiag.analyzer.ingest.metrics.exposition import PromTextIngester
@@ -17,6 +18,7 @@ from kvdiag.analyzer.ingest.metrics.scrape_log import ScrapeLogIngester
 INGESTERS: tuple[type[Ingester], ...] = (
     VllmLogIngester,
     SglangLogIngester,
+    TgiLogIngester,
     PromTextIngester,
     NvidiaSmiIngester,
     ModelConfigIngester,

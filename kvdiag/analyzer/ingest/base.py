@@ -147,6 +147,12 @@ class Ingester(ABC):
         """How sure this ingester is that the file is its kind: 0 no, 1-100 yes."""
 
     @classmethod
+    def quotes(cls, name: str, head: str) -> bool:
+        """The file only quotes this kind's messages (a ticket, notes) without records of
+        its own. Discovery sets it aside when the incident holds the log itself."""
+        return False
+
+    @classmethod
     def series_key(cls, rel: str) -> str | None:
         """Files sharing a key are read together as one unit (scrape series)."""
         return None

@@ -55,6 +55,36 @@ class Demand:
         return self.total > self.pool
 
 
+@dataclass(frozen=True, slots=True)
+class DemandRange:
+    """`requests` requests whose growth holds at least `low` and at most `high` of `pool`.
+
+    A claim about the pool stands on the bound that makes it safe: they fit only when even
+    the most they may hold does, and exceed it only when even the fewest does. Between
+    the two the evidence does not decide.
+    """
+
+    requests: int
+    low: float
+    high: float
+    pool: float
+
+    @property
+    def fits(self) -> bool:
+        return self.high <= self.pool
+
+    @property
+    def exceeds(self) -> bool:
+        return self.low > self.pool
+
+    @property
+    def straddles(self) -> bool:
+        return not self.fits and not self.exceeds
+
+    def ratio(self, tokens: float) -> float:
+        return tokens / self.pool if self.pool else math.inf
+
+
 def seqs_cap(pool: float, per_request: float, block_size: int | None = None) -> int:
     """The max_num_seqs that keeps worst-case demand under the pool (at least 1)."""
     return max(1, requests_that_fit(pool, per_request, block_size))

@@ -26,6 +26,7 @@ from kvdiag.rules.support.queries import (
     replica_part,
     split_by_replica,
 )
+from kvdiag.rules.support.rejections import rejections
 
 _KEY = ["replica", "engine", "ts"]
 ORIGIN = pl.Enum(["metrics", "log"])
@@ -191,7 +192,11 @@ def waiting_evidence(ctx: RuleContext, row: dict[str, Any]) -> Evidence:
 class Preemptions:
     count: int
     evidence: tuple[Evidence, ...]
-    source: str  # "counter" | "stats lines" | "v0 warnings" | ""
+    source: str  # "counter" | "stats lines" | "v0 warnings" | "retraction lines" | ""
+    # From the engine's event lines only (log_preemptions): one row per event (a retraction
+    # printed by several TP ranks is one), and the processes that printed them.
+    events: pl.DataFrame | None = None
+    printed_by: tuple[str, ...] = ()
 
 
 def preemptions(ctx: RuleContext, replica: str | None = None) -> Preemptions:
@@ -225,18 +230,19 @@ def _event_preemptions(ctx: RuleContext, replica: str | None) -> Preemptions:
     rows = ctx.sql(f"SELECT * FROM log_preemptions {where} ORDER BY ts, source_line", params)
     if rows.is_empty():
         return Preemptions(0, (), "")
+    # SGLang retractions state how many requests each event affected; every TP rank prints
+    # the same event, which counts once.
+    events = retraction_events(rows)
+    printed_by = tuple(rows["process"].drop_nulls().unique(maintain_order=True).to_list())
     if rows["cumulative"].drop_nulls().len():
         # v0 prints the 1st, 51st, 101st ... preemption: keep its count, not the line count.
         top = rows.sort("cumulative", descending=True, nulls_last=True).row(0, named=True)
         count = int(top["cumulative"])
         top_ev = ctx.evidence(top, "total_num_cumulative_preemption", count)
-        return Preemptions(count, (top_ev,), "v0 warnings")
-    # SGLang retractions state how many requests each event affected; every TP rank prints
-    # the same event, which counts once.
-    events = retraction_events(rows)
+        return Preemptions(count, (top_ev,), "v0 warnings", events, printed_by)
     count = int(events["count"].fill_null(1).sum())
     ev = tuple(ctx.evidence(r, "retracted_requests", r["count"]) for r in events.head(3).to_dicts())
-    return Preemptions(count, ev, "retraction lines")
+    return Preemptions(count, ev, "retraction lines", events, printed_by)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,11 +271,10 @@ def pressure(ctx: RuleContext, replica: str | None = None) -> Pressure:
         row = gauge_rows.sort("value", descending=True).row(0, named=True)
         swapped = max(swapped, int(row["value"]))
         ev.append(ctx.evidence(row, "num_requests_swapped", row["value"]))
-    http = of_replica(ctx, _REJECTED_HTTP, replica)
-    ev += [ctx.evidence(r, "http_status", r["status"]) for r in http.head(2).to_dicts()]
-    rejected = http.height + int(counter_total(ctx, "admission_rejections", replica) or 0)
-    return Pressure(swapped, rejected, tuple(ev))
+    # Access lines, the admission counter and a client log see the same rejections.
+    refused = rejections(ctx, replica)
+    ev += [e for e in refused.evidence if e.what == "rejected_request"]
+    return Pressure(swapped, refused.count, tuple(ev))
 
 
 _SWAPPED_LINES = "SELECT * FROM log_stats WHERE swapped > 0 ORDER BY swapped DESC"
-_REJECTED_HTTP = "SELECT * FROM log_http WHERE status IN (429, 503) ORDER BY ts, source_line"

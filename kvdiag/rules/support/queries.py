@@ -19,6 +19,7 @@ __all__ = [
     "counter_total",
     "first_max",
     "gauge",
+    "histogram_buckets",
     "histogram_mean",
     "histogram_quantile",
     "of_replica",
@@ -152,6 +153,17 @@ def histogram_quantile(
         frame = frame.filter(pl.col("replica") == replica)
     value = bucket_quantile(q, frame.select("le", "count"))
     return None if math.isnan(value) else value
+
+
+def histogram_buckets(
+    ctx: RuleContext, metric: str, replica: str | None = None
+) -> list[tuple[float, float]]:
+    """A histogram's cumulative (le, observations) over the window, one replica's or all."""
+    frame = ctx.store.memo(("bucket_increases", metric), lambda: _bucket_increases(ctx, metric))
+    if replica is not None:
+        frame = frame.filter(pl.col("replica") == replica)
+    summed = frame.group_by("le").agg(pl.col("count").sum()).sort("le")
+    return [(float(le), float(n)) for le, n in summed.iter_rows() if le is not None]
 
 
 # A histogram's bucket samples, each bound a counter (series) of its own. By series_id: the

@@ -8,13 +8,15 @@ so comparisons can cite it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from kvdiag.analyzer.diagnosis import SourceRef
 from kvdiag.analyzer.facts.engine import engine_of_replica
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.support.demand import slots
-from kvdiag.rules.support.queries import histogram_mean
+from kvdiag.rules.support.queries import histogram_buckets, histogram_mean
+from kvdiag.rules.support.spread import Spread, exact, from_buckets, unknown
 
 # SGLang's allocator hands out slots 1..max_total_num_tokens: its padding slot 0 comes on top
 # of the stated pool (the buffers hold size + page_size), so every stated token is usable.
@@ -100,6 +102,47 @@ def _log_lengths(ctx: RuleContext, replica: str | None) -> Lengths | None:
     return Lengths(
         float(row["p"]), float(row["m"]), float(row["m"]), int(row["n"]), "request log lines"
     )
+
+
+def spread(ctx: RuleContext, replica: str | None = None) -> Spread:
+    """Per-request length bounds from the best source: exact lengths from the client's
+    request log or request-logging lines, else the engine's histogram buckets (vLLM's
+    1-2-5 edges: a 22-token prompt is only known to be over 20 and at most 50), else
+    nothing narrower than 1 token to max_model_len (unbounded when that is unknown)."""
+    top = ctx.fact("max_model_len", replica)
+    longest = float(top.value) if top is not None and isinstance(top.value, int | float) else None
+    logged = _logged_spread(
+        ctx, replica, "client_requests", "coalesce(completion_tokens, max_tokens)", longest
+    ) or _logged_spread(ctx, replica, "log_requests", "max_tokens", longest)
+    if logged is not None:
+        return logged
+    prompt = from_buckets(
+        histogram_buckets(ctx, "request_prompt_tokens", replica), longest, "metrics histograms"
+    )
+    generated = from_buckets(histogram_buckets(ctx, "request_generation_tokens", replica), None, "")
+    if prompt is not None and generated is not None:
+        return prompt.with_generated(generated)
+    return unknown(longest or math.inf, "no request lengths")
+
+
+def _logged_spread(
+    ctx: RuleContext, replica: str | None, table: str, grown: str, longest: float | None
+) -> Spread | None:
+    """Exact prompts from a request log; a request grows by what it generated, else by its
+    max_tokens (the most it may), else to max_model_len."""
+    where, params = "prompt_tokens IS NOT NULL", []
+    if replica is not None:
+        where += " AND replica = ?"
+        params.append(replica)
+    rows = ctx.sql(
+        f"SELECT prompt_tokens AS p, prompt_tokens + {grown} AS t FROM {table} WHERE {where}",
+        params,
+    )
+    if not rows.height or rows["t"].null_count() == rows.height:
+        return None
+    source = "client request log" if table == "client_requests" else "request log lines"
+    highs = rows["t"].fill_null(longest or math.inf)
+    return exact(rows["p"].to_list(), highs.to_list(), source)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ MAX_STORED_LINE = 4096  # raw text kept per stored row; longer lines are cut (an
 _OUTER = "_outer"  # suffix of the columns a stacked (repeated) prefix moves outward to
 # The logger header: lines of one multi-line message repeat it exactly.
 _HEADER_COLS = ("proc", "pid", "level", "md", "hms", "srcfile", "srcline")
+_SHARED_COLS = (*_HEADER_COLS, "pod", "cts", "bts", "rank_prefix")
 
 
 def gap_expr() -> pl.Expr:
@@ -53,13 +54,14 @@ def clean_expr(col: str = "text") -> pl.Expr:
 
 
 def envelope_columns(pack: FormatPack) -> list[str]:
-    """Every column the envelope steps can produce, in pack order (with _outer copies)."""
+    """Every column the envelope steps can produce, in pack order (with _outer copies),
+    and the ones the shared ingester reads whatever the pack (null where it has no step)."""
     cols: list[str] = []
     for step in pack.envelope:
         groups = list(re.compile(step.pattern).groupindex)
         outer = [g + _OUTER for g in groups] if step.repeat else []
         cols += [g for g in (*groups, *outer) if g not in cols]
-    return cols
+    return cols + [c for c in _SHARED_COLS if c not in cols]
 
 
 def _peel(frame: pl.DataFrame, step: EnvelopeStep, again: bool) -> tuple[pl.DataFrame, bool]:

@@ -35,6 +35,7 @@ _HEADER = re.compile(
 )
 _SNIFF_LINES = 400
 _FAILED = "sglang_kv_alloc_failed"
+_QUOTED = 70  # a pasted fragment: SGLang messages without the logger header
 _DETAIL = "sglang_kv_alloc_detail"
 _DETAIL_COLUMNS = ("requested_tokens", "available_tokens", "evictable_tokens")
 _DETAIL_SPAN = 4  # lines a failure's numbers follow it by, at most (0.4.6 prints four)
@@ -57,6 +58,10 @@ class SglangLogIngester(VllmLogIngester):
     pack_name = PACK
 
     @classmethod
+    def quotes(cls, name: str, head: str) -> bool:
+        return cls.sniff(name, head) == _QUOTED
+
+    @classmethod
     def sniff(cls, name: str, head: str) -> int:
         """Above the vLLM ingester's 90 and 60 whenever SGLang's own messages are there."""
         events = _sniff_events(head)
@@ -64,7 +69,7 @@ class SglangLogIngester(VllmLogIngester):
         if events and headers:
             return 95
         if events:
-            return 70  # a pasted fragment: SGLang messages without the logger header
+            return _QUOTED
         return 50 if any(headers) else 0
 
     def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:

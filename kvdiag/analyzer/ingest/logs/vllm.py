@@ -59,6 +59,7 @@ _SNIFF = re.compile(
 _VLLM_WORDS = ("vllm", "vLLM", "KV cache", "Engine 000", "EngineCore", "gpu_executor")
 MAX_TEMPLATES = 500
 _SNIFF_LINES = 400
+_QUOTED = 60  # a pasted fragment: vLLM messages without the logger header
 _LOG_EVENTS = 3  # event lines in the head that make a file a log whatever its other lines
 # A batch may end only where a new record starts, so that multi-line messages, wrapped
 # lines and interleaved prefixes are never cut apart; the cut is sought in its last lines.
@@ -169,6 +170,10 @@ class VllmLogIngester(Ingester):
     pack_name = "vllm_log"
 
     @classmethod
+    def quotes(cls, name: str, head: str) -> bool:
+        return cls.sniff(name, head) == _QUOTED
+
+    @classmethod
     def sniff(cls, name: str, head: str) -> int:
         hits = len(_SNIFF.findall(head))
         if hits and any(w in head for w in _VLLM_WORDS):
@@ -177,7 +182,7 @@ class VllmLogIngester(Ingester):
         if events >= _LOG_EVENTS:
             return 80  # the messages repeat behind another logging format: a log
         if events:
-            return 60  # a pasted fragment: vLLM messages without the logger header
+            return _QUOTED
         return 40 if hits else 0
 
     @classmethod
