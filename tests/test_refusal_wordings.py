@@ -20,6 +20,7 @@ import pytest
 from kvdiag.analyzer.diagnosis import Diagnosis
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
+from kvdiag.rules.support.refusals import advised_changes
 from tests.conftest import ROOT, shared
 
 OVERCOMMIT, UNSERVABLE = "memory_overcommit", "unservable_config"
@@ -157,7 +158,7 @@ CASES = (
         " requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` when"
         " initializing the engine.",
         OVERCOMMIT,
-        ("1024 dummy requests", "max_num_seqs, gpu_memory_utilization"),
+        ("1024 dummy requests", "lower max_num_seqs, lower gpu_memory_utilization"),
     ),
     Case(
         "rocm-hip-oom",
@@ -271,3 +272,31 @@ def test_a_near_miss_is_not_a_refusal() -> None:
         path.write_text(lines)
         diagnosis = analyze(AnalyzeOptions(incident=path, db=Path(scratch) / "db")).diagnosis
     assert diagnosis.verdict.primary.value not in (OVERCOMMIT, UNSERVABLE)
+
+
+@pytest.mark.parametrize(
+    ("text", "advice"),
+    [
+        (
+            "ValueError: ... Try increasing `gpu_memory_utilization` or decreasing `max_model_len`"
+            " when initializing the engine.",
+            ["raise gpu_memory_utilization", "lower max_model_len"],
+        ),
+        (
+            "RuntimeError: alloc_req_slots runs out of memory. Please set a smaller number for"
+            " `--max-running-requests`.",
+            ["lower --max-running-requests"],
+        ),
+        (
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+            ["raise --mem-fraction-static"],
+        ),
+        (
+            "Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing",
+            ["lower max_num_seqs", "lower gpu_memory_utilization"],
+        ),
+        ("Check VLLM_CPU_KVCACHE_SPACE.", ["change VLLM_CPU_KVCACHE_SPACE"]),
+    ],
+)
+def test_the_engines_advice_keeps_its_direction(text: str, advice: list[str]) -> None:
+    assert advised_changes({"raw": text}) == advice

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import html
 import re
+from dataclasses import replace
 
 import cmarkgfm
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvdiag.analyzer.diagnosis import Extent, Finding, IncidentClass, Severity
 from kvdiag.reports import view
 from kvdiag.reports.markdown import md_code, md_text, render_markdown
 from kvdiag.reports.safe import plain
@@ -118,3 +120,22 @@ def test_table_cells_hold_any_text(a: str, b: str) -> None:
     assert _squash(html.unescape(row[0])) == _squash(a)
     code = re.sub(r"^<code>|</code>$", "", row[1])
     assert _squash(html.unescape(code)) == _squash(b)
+
+
+def test_a_finding_says_how_long_its_condition_held_and_whether_it_claims_its_class() -> None:
+    """What the verdict's confidence weighed shows beside the finding in every report."""
+    f = Finding("KV301", "x", 3, Severity.ERROR, "t", (), implies=IncidentClass.SATURATION)
+    assert view.finding_scope(f) == ""
+    assert view.finding_scope(replace(f, extent=Extent(1, None))) == "seen once"
+    assert (
+        view.finding_scope(replace(f, extent=Extent(77, 138.0))) == "seen 77 times over 2 min 18 s"
+    )
+    assert (
+        view.finding_scope(replace(f, extent=Extent(3, None)))
+        == "seen 3 times (no times to span them)"
+    )
+    unclaimed = replace(f, claimed=False, severity=Severity.INFO)
+    assert view.finding_scope(unclaimed).startswith("saturation not claimed")
+    saturated = fixture_diagnosis("vllm-b-saturation")
+    kv301 = next(x for x in saturated.findings if x.code == "KV301")
+    assert view.finding_scope(kv301) in render_markdown(saturated)

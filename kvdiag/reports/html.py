@@ -58,6 +58,7 @@ def _environment() -> Environment:
         time=fmt.fmt_time,
         words=fmt.humanise,
         coverage=fmt.coverage,
+        finding_scope=view.finding_scope,
     )
     return env
 

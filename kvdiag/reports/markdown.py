@@ -126,6 +126,8 @@ def _finding(f: Finding) -> list[str]:
         f"{md_text(f.title)}",
         "",
     ]
+    if scope := view.finding_scope(f):
+        lines += [f"_{md_text(scope)}._", ""]
     if not f.evidence:
         return lines
     rows = [

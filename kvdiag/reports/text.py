@@ -48,7 +48,10 @@ def _findings_table(d: Diagnosis, paint: _Painter) -> Iterator[str]:
 def _evidence(f: Finding, paint: _Painter) -> Iterator[str]:
     total = f.evidence_total or len(f.evidence)
     more = f", showing {len(f.evidence)}" if total > len(f.evidence) else ""
+    scope = view.finding_scope(f)
     yield f"  {paint(f.code, 'bold')} {f.name} evidence ({total}{more}):"
+    if scope:
+        yield f"    {one_line(scope)}"
     for e in f.evidence:
         where = paint(f"{one_line(e.path)}:{e.line}" if e.line else one_line(e.path), "bold")
         yield f"    {where}  {fmt_time(e.ts)}  {one_line(e.what)} = {one_line(fmt_value(e.value))}"

@@ -19,7 +19,7 @@ from kvdiag.analyzer.diagnosis import (
     RuleRun,
 )
 from kvdiag.analyzer.facts.chart_series import CHARTED_BY
-from kvdiag.reports.fmt import coverage, fmt_quantity, humanise
+from kvdiag.reports.fmt import coverage, fmt_duration, fmt_quantity, humanise
 
 LAYER_TITLES = {1: "Pool vs card", 2: "Payload vs percentage", 3: "Peak demand vs pool"}
 HOT_NAMED = 10  # hot replicas named in the fleet sentence; the table lists them all
@@ -146,6 +146,23 @@ def remedies(d: Diagnosis) -> tuple[RemedyView, ...]:
                 else RemedyView(prior.action, prior.rationale, (*prior.codes, f.code))
             )
     return tuple(seen.values())
+
+
+def finding_scope(f: Finding) -> str:
+    """How much of the incident the finding stands on, and whether it claims its class:
+    what the verdict's confidence weighed besides the sources (classify.extent_term)."""
+    parts = []
+    if (extent := f.extent) is not None:
+        seen = "seen once" if extent.observations <= 1 else f"seen {extent.observations:,} times"
+        if extent.observations > 1 and extent.seconds is not None:
+            seen += f" over {fmt_duration(extent.seconds)}"
+        elif extent.observations > 1:
+            seen += " (no times to span them)"
+        parts.append(seen)
+    if not f.claimed and f.implies is not None:
+        claim = humanise(f.implies.value)
+        parts.append(f"{claim} not claimed: the evidence does not reach its line")
+    return "; ".join(parts)
 
 
 def input_coverage(r: InputRecord) -> str:

@@ -22,8 +22,8 @@ from kvdiag.rules.support.peak import shrink_words
 from kvdiag.rules.support.refusals import (
     NO_KV_ROOM,
     ONE_REQUEST_UNFIT,
+    advised_changes,
     first_sentence,
-    named_settings,
 )
 from kvdiag.rules.support.vocabulary import vocabulary
 from kvdiag.rules.support.workload import fmt_tokens
@@ -183,8 +183,8 @@ def _no_room(ctx: RuleContext, row: dict[str, Any]) -> Finding:
     title = f"The engine refused to start: no memory was left for a single KV cache block{stated}"
     if not said.lower().startswith("no available memory for the cache blocks"):
         title += f": {said}"  # the backend's own account, with numbers of its own
-    settings = named_settings(row)
-    remedies = [Remedy(f"change {', '.join(settings)}", f"the engine's own advice: {said}")]
+    settings = advised_changes(row)
+    remedies = [Remedy(", ".join(settings), f"the engine's own advice: {said}")]
     if not settings:
         remedies = [Remedy(words.phrase("no_kv_room"), words.phrase("no_kv_room_why"))]
     return ctx.finding(title, [ctx.evidence(row, "capacity_error", row["event"])], remedies)

@@ -14,7 +14,12 @@ from kvdiag.rules.support.card import card
 from kvdiag.rules.support.ledger import fmt_gib
 from kvdiag.rules.support.load_picture import load_points
 from kvdiag.rules.support.queries import col_max
-from kvdiag.rules.support.refusals import MEMORY_REFUSALS, first_sentence, named_settings
+from kvdiag.rules.support.refusals import (
+    MEMORY_REFUSALS,
+    advised_changes,
+    first_sentence,
+    named_settings,
+)
 from kvdiag.rules.support.vocabulary import vocabulary
 from kvdiag.rules.support.workload import pct
 
@@ -213,10 +218,8 @@ def _memory_refusal(ctx: RuleContext, row: dict[str, Any]) -> Finding:
         numbers.append(budget + (f" ({row['utilization']:g})" if row["utilization"] else ""))
     stated = f" ({'; '.join(numbers)})" if numbers else ""
     title = f"The engine ran out of device memory while starting{stated}: {said}"
-    settings = named_settings(row)
-    remedies = [
-        Remedy(f"lower or change {', '.join(settings)}", f"the engine's own advice: {said}")
-    ]
+    settings = advised_changes(row)
+    remedies = [Remedy(", ".join(settings), f"the engine's own advice: {said}")]
     if not settings:
         remedies = [Remedy("a smaller model, more devices (sharding) or quantized weights", said)]
     return ctx.finding(title, [ctx.evidence(row, "capacity_error", row["event"])], remedies)

@@ -61,3 +61,30 @@ def named_settings(row: dict[str, Any]) -> list[str]:
     text = str(row.get("raw") or error_text(row))
     found = [next(g for g in m.groups() if g) for m in _SETTING.finditer(text)]
     return list(dict.fromkeys(found))
+
+
+# The verb before a setting in the engine's advice: "Try increasing `gpu_memory_utilization`
+# or decreasing `max_model_len`", "Please set a smaller number for `--max-running-requests`".
+_RAISE = re.compile(r"\b(?:increas\w*|rais\w*|larger|higher|more)\b", re.I)
+_LISTED = re.compile(r"^[\s`,]*(?:or|and)?[\s`,]*$")
+_LOWER = re.compile(r"\b(?:decreas\w*|lower\w*|reduc\w*|smaller|less)\b", re.I)
+
+
+def advised_changes(row: dict[str, Any]) -> list[str]:
+    """Each setting the engine's advice names, with the direction it advises: "raise
+    --mem-fraction-static", "lower max_model_len", or "change X" where it names none."""
+    text = str(row.get("raw") or error_text(row))
+    out: dict[str, str] = {}
+    start, verb = 0, "change"
+    for m in _SETTING.finditer(text):
+        name = next(g for g in m.groups() if g)
+        before = text[start : m.start()]
+        verbs = [(v.end(), "raise") for v in _RAISE.finditer(before)]
+        verbs += [(v.end(), "lower") for v in _LOWER.finditer(before)]
+        if verbs:
+            verb = max(verbs)[1]
+        elif not _LISTED.match(before):  # "lowering `a` or `b`": b is lowered too
+            verb = "change"
+        out.setdefault(name, f"{verb} {name}")
+        start = m.end()
+    return list(out.values())
