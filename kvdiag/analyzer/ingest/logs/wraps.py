@@ -43,6 +43,7 @@ from kvdiag.analyzer.ingest.text.repair import Repairs
 
 MIN_WIDTH = 20  # a narrower terminal is no terminal a log was read in (W - 1: a blank stripped)
 MAX_PIECES = 64  # a 600-character record at width 20 is 30 pieces
+LEAD = 10  # characters of a piece's start compared with its run's first (_leads)
 LABEL = "rejoined wrapped line"
 _RUNS = {"start": pl.UInt32, "last": pl.UInt32, "width": pl.Int64}
 
@@ -65,12 +66,15 @@ def _single(pack: FormatPack) -> pl.Expr:
 
 def _can_continue(frame: pl.DataFrame, pack: FormatPack) -> pl.Series:
     """Rows that may continue the row above: the next physical line, read by no event
-    (at a narrow width a piece can look like a header: `INFO 05-12 08:01:39 `) or only as
-    a bare message of its own (a piece can be one: `# CPU blocks: 2048`); the joined
-    reading then replaces the piece's."""
+    (at a narrow width a piece can look like a header: `INFO 05-12 08:01:39 `), only as
+    a bare message of its own (a piece can be one: `# CPU blocks: 2048`) or behind an
+    unknown prefix; the joined reading then replaces the piece's."""
     follows = (pl.col("line_no") == pl.col("line_no").shift(1) + 1) & (pl.col("part") == 0)
     bare = ~pl.col("_envelope") & (pl.col("msg") == pl.col("clean")) & _single(pack)
-    ok = follows & (pl.col("event").is_null() | bare)
+    # A piece read behind an unknown prefix can be the rest of a header a piece above began
+    # (`20:53:41 [kv_cache_utils.py:864] GPU KV cache size: ...` after `... INFO 09-24`).
+    behind = pl.col("repair").str.contains(ANCHORED, literal=True).fill_null(False)
+    ok = follows & (pl.col("event").is_null() | bare | behind)
     if "_gap" in frame.columns:
         ok = ok & ~pl.col("_gap")
     return frame.select(ok.fill_null(False).alias("c"))["c"]
@@ -101,6 +105,14 @@ def _starts(
     return frame.select(first.fill_null(False)).to_series().arg_true()
 
 
+def _leads(frame: pl.DataFrame) -> pl.Series:
+    """Each row's first LEAD characters, digits masked: a piece that starts the way its
+    run's first piece did (the same stamp, prefix or header shape) starts the next record,
+    however narrow the terminal (the pieces of one record do not repeat its start)."""
+    lead = pl.col("clean").str.slice(0, LEAD).str.replace_all(r"\d", "0")
+    return frame.select(lead.alias("lead"))["lead"]
+
+
 def _runs(
     frame: pl.DataFrame, pack: FormatPack, cont: pl.Series, length: pl.Series
 ) -> pl.DataFrame:
@@ -110,6 +122,8 @@ def _runs(
     holds no envelope part the run has (_ONCE)."""
     n = frame.height
     once = _once(frame)
+    leads = _leads(frame)
+    cont = cont & (leads != leads.shift(1)).fill_null(True)
     starts = _starts(frame, pack, cont, length, once)
     if starts.is_empty():
         return pl.DataFrame(schema=_RUNS)
@@ -124,7 +138,8 @@ def _runs(
         full = length.gather(going["last"]) >= going["width"] - 1
         fits = length.gather(nxt) <= going["width"] + 1
         new = (once.gather(nxt) & going["_seen"]) == 0
-        ok = full & fits & new & (going["last"] + 1 < n) & cont.gather(nxt)
+        same_start = leads.gather(nxt) == leads.gather(going["start"])
+        ok = full & fits & new & ~same_start & (going["last"] + 1 < n) & cont.gather(nxt)
         done.append(going.filter(~ok))
         going = going.filter(ok).with_columns(
             pl.col("last") + 1, pl.col("_seen") | once.gather(nxt.filter(ok))
