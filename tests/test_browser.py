@@ -143,11 +143,12 @@ def test_report_opens_offline_and_shows_everything(
     browser: Any, shots: Path, tmp_path: Path, case: FixtureCase
 ) -> None:
     report = tmp_path / "report.html"
+    expected = fixture_diagnosis(case.name)  # first: it pins the files' dates (tests/goldens.py)
     result = run_cli("analyze", str(case.incident), "--format", "html", "-o", str(report), "-q")
     assert result.exit_code in (0, 1), result.stderr
     visit = _open(browser, report)
     try:
-        _assert_shows(visit, fixture_diagnosis(case.name))
+        _assert_shows(visit, expected)
         visit.page.screenshot(path=str(shots / f"{case.name}.png"), full_page=True)
         pdf = shots / f"{case.name}.pdf"
         visit.page.pdf(path=str(pdf), format="A4", print_background=True)

@@ -102,6 +102,12 @@ def key_numbers(diagnosis: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Fixtures whose class rests on the client's request log, which Prometheus does not hold:
+# online, the rule sees the signs and leaves the class open. h: exact lengths prove the
+# padding; the length histograms' 1-2-5 buckets bound the payload across the 50 % line.
+ONLINE_OPEN = {"vllm-h-padding-waste": "KV201"}
+
+
 @pytest.mark.parametrize("case", RUNS, ids=[c.name for c in RUNS])
 def test_online_verdict_and_numbers_match_the_recorded_run(
     prometheus: PrometheusServer, case: FixtureCase, tmp_path: Path
@@ -109,6 +115,12 @@ def test_online_verdict_and_numbers_match_the_recorded_run(
     saved = tmp_path / "saved"
     code, live = online(prometheus, case, "--save-to", str(saved))
     recorded_code, recorded = analyze_json(case.incident)
+    if case.name in ONLINE_OPEN:
+        assert live["verdict"]["primary"] == "insufficient_evidence"
+        claimed = [f for f in live["findings"] if f["code"] == ONLINE_OPEN[case.name]]
+        assert all(not f["claimed"] for f in claimed)
+        assert recorded["verdict"]["primary"] == "padding_waste"
+        return
     assert verdict(live) == verdict(recorded)
     numbers = key_numbers(live)
     assert numbers == key_numbers(recorded)
