@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import timedelta
 
 import polars as pl
@@ -23,14 +23,11 @@ from kvdiag.rules.support.demand import trend
 from kvdiag.rules.support.episodes import best_source, by_time
 from kvdiag.rules.support.growth import Growth, growth
 from kvdiag.rules.support.load_picture import (
-    Preemptions,
-    Pressure,
     point_evidence,
     points_by_replica,
     preemptions,
     pressure,
     usage_evidence,
-    waiting_cited,
     waiting_evidence,
 )
 from kvdiag.rules.support.peak import saturation_remedies
@@ -41,32 +38,10 @@ from kvdiag.rules.support.pool_full import (
     statement_phrase,
     statements,
 )
-from kvdiag.rules.support.queries import col_max, first_max, histogram_quantile
-from kvdiag.rules.support.vocabulary import Vocabulary, vocabulary
-from kvdiag.rules.support.workload import Lengths, Pool, fmt_tokens, lengths, pct, pool
-
-
-@dataclass
-class _Replica:
-    """What one replica's load says, gathered before deciding."""
-
-    name: str
-    points: pl.DataFrame
-    hot: pl.DataFrame  # points with a full pool and a queue at once
-    pre: Preemptions
-    pressure: Pressure
-    lens: Lengths | None
-    pool: Pool | None
-    peak_usage: float
-    max_waiting: int
-    max_running: int
-    max_concurrent: int  # running + waiting at the same moment
-    words: Vocabulary
-    # What the requests held (running + waiting; running alone) may grow to, as bounds
-    # (support/growth.py); None without a pool size or anything bounding a request.
-    queued: Growth | None
-    running: Growth | None
-    evidence: list[Evidence] = field(default_factory=list)
+from kvdiag.rules.support.queries import col_max, first_max
+from kvdiag.rules.support.replica_load import ReplicaLoad, saturation_rows
+from kvdiag.rules.support.vocabulary import vocabulary
+from kvdiag.rules.support.workload import fmt_tokens, lengths, pct, pool
 
 
 class KvSaturation(Rule):
@@ -112,18 +87,18 @@ class KvSaturation(Rule):
         multi = len(replicas) + len(unpictured) > 1
         for name, part in replicas.items():
             rep = self._gather(ctx, name, part, multi=multi)
-            yield from _comparisons(ctx, rep, multi=multi)
+            yield from saturation_rows(ctx, rep, multi=multi)
             yield from self._decide(ctx, rep, multi=multi)
         for name in unpictured:
             yield from _from_statements(ctx, name if multi else None)
 
-    def _gather(self, ctx: RuleContext, name: str, part: pl.DataFrame, multi: bool) -> _Replica:
+    def _gather(self, ctx: RuleContext, name: str, part: pl.DataFrame, multi: bool) -> ReplicaLoad:
         full, min_w = ctx.threshold("usage_full"), ctx.threshold("min_waiting")
         hot = part.filter((pl.col("usage") >= full) & (pl.col("waiting") >= min_w))
         concurrent = part.select((pl.col("running") + pl.col("waiting")).max()).item()
         scope = name if multi else None
         size = pool(ctx, scope)
-        return _Replica(
+        return ReplicaLoad(
             name=name,
             points=part,
             hot=hot,
@@ -140,7 +115,9 @@ class KvSaturation(Rule):
             running=growth(ctx, part, scope, size) if size else None,
         )
 
-    def _decide(self, ctx: RuleContext, rep: _Replica, multi: bool) -> Iterator[Finding | RuledOut]:
+    def _decide(
+        self, ctx: RuleContext, rep: ReplicaLoad, multi: bool
+    ) -> Iterator[Finding | RuledOut]:
         full = ctx.threshold("usage_full")
         replica = rep.name if multi else None
         pushed_out = rep.pre.count or rep.pressure.swapped or rep.pressure.rejected
@@ -172,7 +149,7 @@ class KvSaturation(Rule):
             return
         yield ctx.rule_out(_not_full_reason(ctx, rep) + _straddle(rep))
 
-    def _risk(self, ctx: RuleContext, rep: _Replica) -> tuple[str, list[Evidence]] | None:
+    def _risk(self, ctx: RuleContext, rep: ReplicaLoad) -> tuple[str, list[Evidence]] | None:
         """A warning without a queue: even the fewest slots the running requests may grow
         to (prompt + max_tokens) exceed the pool, or usage climbs steadily."""
         peak_row = first_max(rep.points, "usage")
@@ -205,7 +182,7 @@ def _held(grown: Growth) -> str:
     return f"{n} running {'requests' if n != 1 else 'request'}{when}"
 
 
-def _straddle(rep: _Replica) -> str:
+def _straddle(rep: ReplicaLoad) -> str:
     """The rule-out's caveat when the running requests' growth may or may not pass the
     pool: no warning is claimed on it (an info finding would list saturation among the
     verdict's classes), but the reader learns the risk is open. Silent where only
@@ -248,7 +225,7 @@ def _from_statements(ctx: RuleContext, replica: str | None) -> Iterator[Finding]
     yield replace(finding, extent=said.extent())
 
 
-def _full_extent(rep: _Replica, full: float) -> Extent:
+def _full_extent(rep: ReplicaLoad, full: float) -> Extent:
     """The moments of a full pool with a queue; without a queue, of a full pool and the
     events that pushed requests out."""
     if rep.hot.height:
@@ -258,7 +235,7 @@ def _full_extent(rep: _Replica, full: float) -> Extent:
 
 
 def _climb(
-    ctx: RuleContext, rep: _Replica, peak_row: dict[str, object]
+    ctx: RuleContext, rep: ReplicaLoad, peak_row: dict[str, object]
 ) -> tuple[float, float] | None:
     """(seconds to full, slope per second) of a steady climb ending at the peak, or None."""
     if rep.peak_usage < ctx.threshold("usage_warn") or peak_row["ts"] is None:
@@ -282,7 +259,7 @@ def _climb(
     return seconds, line.slope
 
 
-def _full_title(rep: _Replica) -> str:
+def _full_title(rep: ReplicaLoad) -> str:
     pushed = rep.words.count(rep.pre.count)
     title = (
         f"KV pool full while requests waited: usage peaked at {rep.peak_usage:.0%}, "
@@ -306,7 +283,7 @@ def _full_title(rep: _Replica) -> str:
     return title
 
 
-def _fill_time(rep: _Replica, full: float) -> str:
+def _fill_time(rep: ReplicaLoad, full: float) -> str:
     """How fast the pool filled: from the last low point before it first reached full."""
     src = by_time(best_source(rep.points).select("ts", "usage")).drop_nulls("ts")
     hits = src.with_row_index().filter(pl.col("usage") >= full)
@@ -321,7 +298,7 @@ def _fill_time(rep: _Replica, full: float) -> str:
     return f"; usage went from {pct(low['usage'])} to {pct(first['usage'])} in {seconds:.0f} s"
 
 
-def _full_evidence(ctx: RuleContext, rep: _Replica) -> list[Evidence]:
+def _full_evidence(ctx: RuleContext, rep: ReplicaLoad) -> list[Evidence]:
     """The most telling rows first: evidence is capped per finding."""
     ev: list[Evidence] = []
     scraped = rep.points.filter(pl.col("origin") == "metrics")
@@ -344,7 +321,7 @@ def _full_evidence(ctx: RuleContext, rep: _Replica) -> list[Evidence]:
     return ev
 
 
-def _not_full_reason(ctx: RuleContext, rep: _Replica) -> str:
+def _not_full_reason(ctx: RuleContext, rep: ReplicaLoad) -> str:
     min_w = ctx.threshold("min_waiting")
     queued = rep.points.filter(pl.col("waiting") >= min_w)
     if queued.height:
@@ -358,67 +335,4 @@ def _not_full_reason(ctx: RuleContext, rep: _Replica) -> str:
         f"nothing waited and nothing was {rep.words.word('preempted')} (peak KV usage {shown})"
         if not rep.pre.count
         else f"{rep.words.count(rep.pre.count)} but KV usage peaked at {shown}"
-    )
-
-
-def _comparisons(ctx: RuleContext, rep: _Replica, multi: bool) -> Iterator[Comparison]:
-    tag = f" [{rep.name}]" if multi else ""
-    peak_row = first_max(rep.points, "usage")
-    src = [usage_evidence(ctx, peak_row)] if peak_row else []
-    yield ctx.compare(
-        f"peak KV usage{tag}",
-        ctx.threshold("usage_full"),
-        round(rep.peak_usage, 4),
-        "ratio",
-        src,
-        "expected: the level counted as full",
-        threshold=True,
-    )
-    waiting_row = first_max(rep.points, "waiting")
-    cited = waiting_row is not None and waiting_cited(waiting_row)
-    waited = [waiting_evidence(ctx, waiting_row)] if waiting_row and cited else []
-    yield ctx.compare(f"max waiting requests{tag}", 0, rep.max_waiting, "requests", waited)
-    yield ctx.compare(
-        f"{rep.words.word('preemptions')}{tag}",
-        0,
-        rep.pre.count,
-        rep.words.word("preemptions"),
-        rep.pre.evidence,
-        f"from {rep.pre.source}"
-        if rep.pre.source
-        else f"no {rep.words.word('preemption')} witness",
-    )
-    yield from _demand_row(ctx, rep, tag)
-    scope = rep.name if multi else None
-    for metric, label in (("request_queue_time", "queue time"), ("time_to_first_token", "TTFT")):
-        for q in (0.95, 0.99):
-            value = histogram_quantile(ctx, metric, q, scope)
-            if value is not None:
-                yield ctx.compare(
-                    f"{label} p{q * 100:.0f}{tag}",
-                    None,
-                    round(value, 3),
-                    "s",
-                    [],
-                    "metrics histogram, over the whole window",
-                )
-
-
-def _demand_row(ctx: RuleContext, rep: _Replica, tag: str) -> Iterator[Comparison]:
-    """The most the peak's requests may hold against the pool, with the fewest; none where
-    only max_model_len bounds a request (1 token to max_model_len each says nothing)."""
-    grown = rep.queued
-    if grown is None or not grown.lengths_known or not grown.demand.requests:
-        return
-    d = grown.demand
-    yield ctx.compare(
-        f"peak demand (running + waiting) x ({grown.grows}){tag}",
-        d.pool,
-        round(d.high),
-        "tokens",
-        [rep.pool.source if rep.pool else None],
-        f"{d.requests} requests ({grown.basis()}); expected: the usable pool",
-        threshold=True,
-        low=round(d.low),
-        high=round(d.high),
     )
