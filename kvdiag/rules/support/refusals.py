@@ -58,9 +58,7 @@ def first_sentence(row: dict[str, Any]) -> str:
 def named_settings(row: dict[str, Any]) -> list[str]:
     """The settings the engine's text tells the reader to change, in order, once each
     (read from the whole line: a pack may keep only the message's first sentences)."""
-    text = str(row.get("raw") or error_text(row))
-    found = [next(g for g in m.groups() if g) for m in _SETTING.finditer(text)]
-    return list(dict.fromkeys(found))
+    return [change.split(" ", 1)[1] for change in advised_changes(row)]
 
 
 # The verb before a setting in the engine's advice: "Try increasing `gpu_memory_utilization`
