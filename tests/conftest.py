@@ -48,7 +48,8 @@ class FixtureCase:
 
 def fixture_cases() -> list[FixtureCase]:
     cases = []
-    for folder in sorted(p for p in FIXTURES.iterdir() if p.is_dir()):
+    # fixtures/pairs holds BEFORE/AFTER pairs of the incidents here (tests/test_compare_pairs.py)
+    for folder in sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p.name != "pairs"):
         expected_file = folder / "expected.toml"
         expected = tomllib.loads(expected_file.read_text()) if expected_file.exists() else {}
         cases.append(FixtureCase(folder.name, folder / "incident", expected))

@@ -26,7 +26,8 @@ from kvdiag.analyzer.ingest.readahead import ReadAhead
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.progress import CHARTING, CHECKING, SAVING, Progress
 from kvdiag.analyzer.store import timeline, validate
-from kvdiag.analyzer.store.database import Store
+from kvdiag.analyzer.store.database import Store, StoreReader
+from kvdiag.analyzer.store.kept import KeptStore, NotAStoreError
 from kvdiag.analyzer.verdict import classify, fleet, missing, reconcile, rule_runner
 
 
@@ -210,6 +211,7 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: Progress | None) -> 
             + _listed(found.set_aside),
             path=root,
         )
+    name = opts.label or (root.name if root.is_dir() else root.stem)
     store = Store(opts.db)
     try:
         with heap_for_batches():  # _allocator.py
@@ -231,38 +233,11 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: Progress | None) -> 
                     schema={"path": pl.String, "line": pl.Int64, "message": pl.String},
                 ),
             )
-        reader = store.reader
-        established = facts.establish(reader)
-        absent = missing.missing_evidence(reader)
-        clock.lap("facts")
-        result = rule_runner.run_rules(reader, established, opts)
-        verdict = classify.classify(result.findings, established, absent, result.ruled_out, doubts)
-        fleet_verdicts = fleet.replica_verdicts(
-            fleet.FleetInput(reader, result.findings, established, absent, opts)
+        diagnosis = _judge(
+            store.reader, _Judged(name, tuple(records), problems, doubts), opts, clock
         )
-        clock.lap("rules")
-        # A reader of its own: the frames the rules shared (a day of load points is
-        # hundreds of MB) are let go before the charts are read.
-        del reader
         _tell(progress, CHARTING)
-        series, window = build_series(store.reader)
-        clock.lap("series")
-        diagnosis = Diagnosis(
-            incident=opts.label or (root.name if root.is_dir() else root.stem),
-            verdict=verdict,
-            findings=result.findings,
-            facts=established,
-            inputs=tuple(records),
-            input_problems=tuple(problems),
-            missing_evidence=absent,
-            rules=result.runs,
-            engine_problems=result.problems,
-            reconciliation=reconcile.layers(result, absent),
-            series=series,
-            window=window,
-            fleet=fleet_verdicts,
-            kvdiag_version=__version__,
-        )
+        diagnosis = _with_series(diagnosis, store.reader, clock)
     except BaseException:
         store.discard()
         raise
@@ -271,3 +246,86 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: Progress | None) -> 
     db_path = store.finish()
     clock.lap("store")
     return Analysis(diagnosis, db_path, clock.timings)
+
+
+@dataclass(frozen=True, slots=True)
+class _Judged:
+    """What the judgement needs besides the store: the inputs' account."""
+
+    name: str
+    records: tuple[InputRecord, ...]
+    problems: list[InputProblem]
+    doubts: tuple[classify.Doubt, ...]
+
+
+def _judge(reader: StoreReader, got: _Judged, opts: AnalyzeOptions, clock: _Clock) -> Diagnosis:
+    """Facts, rules, verdict and fleet from a complete store (the charts come after)."""
+    established = facts.establish(reader)
+    absent = missing.missing_evidence(reader)
+    clock.lap("facts")
+    result = rule_runner.run_rules(reader, established, opts)
+    verdict = classify.classify(result.findings, established, absent, result.ruled_out, got.doubts)
+    fleet_verdicts = fleet.replica_verdicts(
+        fleet.FleetInput(reader, result.findings, established, absent, opts)
+    )
+    clock.lap("rules")
+    return Diagnosis(
+        incident=got.name,
+        verdict=verdict,
+        findings=result.findings,
+        facts=established,
+        inputs=got.records,
+        input_problems=tuple(got.problems),
+        missing_evidence=absent,
+        rules=result.runs,
+        engine_problems=result.problems,
+        reconciliation=reconcile.layers(result, absent),
+        fleet=fleet_verdicts,
+        kvdiag_version=__version__,
+    )
+
+
+def _with_series(diagnosis: Diagnosis, reader: StoreReader, clock: _Clock) -> Diagnosis:
+    # A reader of its own: the frames the rules shared (a day of load points is hundreds
+    # of MB) are let go before the charts are read.
+    series, window = build_series(reader)
+    clock.lap("series")
+    return dataclasses.replace(diagnosis, series=series, window=window)
+
+
+def analyze_kept(db: Path, opts: AnalyzeOptions) -> Analysis:
+    """Judge again a database an earlier `analyze --db` kept, without its files.
+
+    The inputs' account is the one stored then (without per-file notes); rule selection and
+    thresholds are this run's. Raises NoInputError when the file is not such a database.
+    """
+    clock = _Clock()
+    try:
+        kept = KeptStore(db)
+    except NotAStoreError as exc:
+        raise NoInputError(str(exc), path=db) from None
+    try:
+        reader = kept.reader
+        got = _Judged(opts.label or db.stem, *_kept_account(reader))
+        diagnosis = _judge(reader, got, opts, clock)
+        diagnosis = _with_series(diagnosis, kept.reader, clock)
+    finally:
+        kept.close()
+    return Analysis(diagnosis, db, clock.timings)
+
+
+def _kept_account(
+    reader: StoreReader,
+) -> tuple[tuple[InputRecord, ...], list[InputProblem], tuple[classify.Doubt, ...]]:
+    """The inputs, problems and doubts of a kept database, as the first run found them."""
+    records = tuple(
+        InputRecord(**r) for r in reader.sql("SELECT * FROM inputs ORDER BY path").to_dicts()
+    )
+    problems = [
+        InputProblem(r["path"], r["line"], r["message"])
+        for r in reader.sql("SELECT path, line, message FROM input_problems").to_dicts()
+    ]
+    flagged = reader.sql("SELECT * FROM implausible_values")
+    _, range_doubts = validate.range_problems(flagged)
+    _, time_doubts = timeline.time_problems(reader)
+    return records, problems, range_doubts + time_doubts

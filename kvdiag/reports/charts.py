@@ -135,7 +135,8 @@ class TimeAxis:
         return LEFT + (t - self.start) / (self.end - self.start) * (WIDTH - RIGHT - LEFT)
 
 
-def _epoch(iso: str) -> float:
+def epoch(iso: str) -> float:
+    """An ISO time, read as UTC (the series are), as seconds since the epoch."""
     return datetime.fromisoformat(iso).replace(tzinfo=UTC).timestamp()
 
 
@@ -144,8 +145,8 @@ def _utc(t: float) -> datetime:
 
 
 def time_axis(series: Sequence[Series], window: tuple[str, str] | None) -> TimeAxis | None:
-    times = [_epoch(t) for s in series for t, _ in s.points]
-    times += [_epoch(t) for t in window or ()]
+    times = [epoch(t) for s in series for t, _ in s.points]
+    times += [epoch(t) for t in window or ()]
     if not times:
         return None
     start, end = min(times), max(times)
@@ -155,9 +156,14 @@ def time_axis(series: Sequence[Series], window: tuple[str, str] | None) -> TimeA
     return TimeAxis(start, end, first if first == last else f"{first} to {last}")
 
 
+def tick_step(span: float) -> float:
+    """Seconds between time ticks: the smallest round step that gives at most 7 ticks."""
+    return next((s for s in _TIME_STEPS if span / s <= 7), 86400 * math.ceil(span / 86400 / 7))
+
+
 def _time_ticks(axis: TimeAxis) -> tuple[Tick, ...]:
     span = axis.end - axis.start
-    step = next((s for s in _TIME_STEPS if span / s <= 7), 86400 * math.ceil(span / 86400 / 7))
+    step = tick_step(span)
     fmt = "%H:%M:%S" if step < 60 else "%H:%M" if span < 86400 else "%m-%d %H:%M"
     t = math.ceil(axis.start / step) * step
     ticks = []
@@ -222,15 +228,26 @@ class YScale:
         return tuple(Tick(self.y(k * self.step), _y_label(k * self.step)) for k in range(count))
 
 
-def _line(s: Series, index: int, axis: TimeAxis, scale: YScale, with_replica: bool) -> Line:
+def series_label(s: Series, with_replica: bool) -> str:
+    """A series' legend label: 'running', or 'running · replica-1' when replicas differ."""
     label = SERIES_LABELS.get(s.name, humanise(s.name))
-    if with_replica:
-        label += f" · {s.replica}"
-    xs = [_epoch(t) for t, _ in s.points]
+    return f"{label} · {s.replica}" if with_replica else label
+
+
+def series_line(
+    s: Series, style: str, label: str, axis: TimeAxis, scale: YScale, zero: float = 0.0
+) -> Line:
+    """One series drawn on `axis`, whose x is seconds since `zero` (0: the epoch, so clock
+    time; a run's load start puts two runs on one relative axis)."""
+    xs = [epoch(t) - zero for t, _ in s.points]
     points = [(axis.x(t), scale.y(v)) for t, (_, v) in zip(xs, s.points, strict=True)]
     peak = fmt_quantity(max(v for _, v in s.points), s.unit)
     lines, dots = _segments(points, xs)
-    return Line(label, f"s{index % PALETTE}", lines, dots, peak, s.source)
+    return Line(label, style, lines, dots, peak, s.source)
+
+
+def _line(s: Series, index: int, axis: TimeAxis, scale: YScale, with_replica: bool) -> Line:
+    return series_line(s, f"s{index % PALETTE}", series_label(s, with_replica), axis, scale)
 
 
 def line_chart(
@@ -245,7 +262,7 @@ def line_chart(
     lines = tuple(_line(s, i, axis, scale, multi) for i, s in enumerate(mine))
     band = None
     if window is not None:
-        a, b = (axis.x(_epoch(t)) for t in window)
+        a, b = (axis.x(epoch(t)) for t in window)
         band = (round(a, 1), round(max(b - a, 2.0), 1))
     threshold = None
     if spec.threshold is not None:

@@ -18,7 +18,7 @@ FLEET_ROWS = 20  # replicas listed in the terminal; the JSON, HTML and --db hold
 TITLE_CHARS = 90
 
 
-class _Painter:
+class Painter:
     def __init__(self, color: bool) -> None:
         self.color = color
 
@@ -33,7 +33,7 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _findings_table(d: Diagnosis, paint: _Painter) -> Iterator[str]:
+def _findings_table(d: Diagnosis, paint: Painter) -> Iterator[str]:
     """One row per finding: severity, code, layer, evidence count, title."""
     yield f"  {'SEV':<8}{'CODE':<7}{'LAYER':<7}{'EVID':>5}  TITLE"
     for f in d.findings:
@@ -45,7 +45,7 @@ def _findings_table(d: Diagnosis, paint: _Painter) -> Iterator[str]:
         yield f"  {sev}{f.code:<7}{layer:<7}{count:>5}  {title}{replica}"
 
 
-def _evidence(f: Finding, paint: _Painter) -> Iterator[str]:
+def _evidence(f: Finding, paint: Painter) -> Iterator[str]:
     total = f.evidence_total or len(f.evidence)
     more = f", showing {len(f.evidence)}" if total > len(f.evidence) else ""
     scope = view.finding_scope(f)
@@ -59,7 +59,7 @@ def _evidence(f: Finding, paint: _Painter) -> Iterator[str]:
             yield f"      {paint(_clip(one_line(e.excerpt), EXCERPT_CHARS), 'dim')}"
 
 
-def _reconciliation(d: Diagnosis, paint: _Painter) -> Iterator[str]:
+def _reconciliation(d: Diagnosis, paint: Painter) -> Iterator[str]:
     for layer in view.reconciliation(d):
         status = paint(f"{layer.status_text:<12}", _STATUS_STYLE.get(layer.status, "dim"))
         yield f"  {layer.layer} {one_line(layer.title):<24}{status} {one_line(layer.conclusion)}"
@@ -70,7 +70,7 @@ def _reconciliation(d: Diagnosis, paint: _Painter) -> Iterator[str]:
             )
 
 
-def _fleet(d: Diagnosis, paint: _Painter) -> Iterator[str]:
+def _fleet(d: Diagnosis, paint: Painter) -> Iterator[str]:
     yield paint("FLEET", "bold") + f"  {one_line(view.fleet_summary(d))}"
     yield (
         f"    {'REPLICA':<20} {'VERDICT':<22} {'SEV':<8}{'PEAK':>5} {'P95':>5} {'VS OTHERS':>10}"
@@ -108,7 +108,7 @@ def _input_line(r: InputRecord) -> str:
     return f"  {r.status:<12} {one_line(r.path):<34} {r.kind:<12} {counts}{why}"
 
 
-def _verdict(d: Diagnosis, paint: _Painter) -> list[str]:
+def _verdict(d: Diagnosis, paint: Painter) -> list[str]:
     v = d.verdict
     tone = {"ok": "green", "bad": "red"}.get(view.verdict_tone(d), "yellow")
     lines = [
@@ -125,7 +125,7 @@ def _verdict(d: Diagnosis, paint: _Painter) -> list[str]:
 
 def render_text(diagnosis: Diagnosis, *, color: bool = False) -> str:
     """The terminal report."""
-    d, paint = diagnosis, _Painter(color)
+    d, paint = diagnosis, Painter(color)
     lines = _verdict(d, paint)
     lines += ["", paint("RECONCILIATION", "bold"), *_reconciliation(d, paint)]
     if d.fleet:

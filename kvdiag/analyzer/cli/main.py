@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import inspect
 import os
 import sys
@@ -14,14 +13,15 @@ from pathlib import Path
 import click
 
 from kvdiag import __version__
-from kvdiag.analyzer.atomic import write_atomic
 from kvdiag.analyzer.cli.collect import collect_cmd
+from kvdiag.analyzer.cli.common import csv_values, parse_thresholds, write_report
+from kvdiag.analyzer.cli.compare import compare_cmd
 from kvdiag.analyzer.cli.examples import EXAMPLES, example_path
 from kvdiag.analyzer.cli.failure import exit_with
 from kvdiag.analyzer.cli.formats import formats_cmd
 from kvdiag.analyzer.cli.live import LiveSource, live_folder, live_options
 from kvdiag.analyzer.diagnosis import Diagnosis, Severity
-from kvdiag.analyzer.errors import KvdiagError, NoSpaceError
+from kvdiag.analyzer.errors import KvdiagError
 from kvdiag.analyzer.exitcodes import ExitCode, exit_code_table
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
@@ -37,26 +37,6 @@ _FAIL_ON = {
     "error": Severity.ERROR,
     "never": None,
 }
-
-
-def _csv(values: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
-
-
-def _thresholds(values: tuple[str, ...]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for item in values:
-        key, sep, raw = item.partition("=")
-        code, dot, name = key.partition(".")
-        if not sep or not dot or not code or not name:
-            raise click.BadParameter(
-                f"{item!r}: expected RULE.THRESHOLD=VALUE, e.g. KV301.usage_full=0.95"
-            )
-        try:
-            out[key] = float(raw)
-        except ValueError:
-            raise click.BadParameter(f"{item!r}: {raw!r} is not a number") from None
-    return out
 
 
 def _terminal_progress(quiet: bool) -> TerminalProgress | None:
@@ -195,9 +175,9 @@ def analyze_cmd(
             db=db,
             year=year,
             fail_on=_FAIL_ON[fail_on],
-            select=_csv(select),
-            ignore=_csv(ignore),
-            thresholds=_thresholds(thresholds),
+            select=csv_values(select),
+            ignore=csv_values(ignore),
+            thresholds=parse_thresholds(thresholds),
             label=example or (live.label if live else None),
             model_config=model_config,
         )
@@ -220,7 +200,7 @@ def analyze_cmd(
             result.diagnosis, out_fmt, color=bool(use_color and out_fmt is OutputFormat.TEXT)
         )
         if output is not None:
-            _write_report(output, text, result.db_path)
+            write_report(output, text, result.db_path)
         else:
             click.echo(text, nl=False, color=bool(use_color))  # click strips ANSI unless told
         v = result.diagnosis.verdict
@@ -237,21 +217,11 @@ def analyze_cmd(
         sys.exit(int(exit_code_for(result.diagnosis, opts.fail_on)))
 
 
-def _write_report(output: Path, text: str, db_path: Path | None) -> None:
-    """The report, whole or not at all; a full disk is said as such (exit 5)."""
-    try:
-        write_atomic(output, text)
-    except OSError as exc:
-        if exc.errno != errno.ENOSPC:
-            raise
-        kept = f"; the database is complete at {db_path}" if db_path else ""
-        exit_with(NoSpaceError(f"{output}: its disk is full, no report written{kept}"))
-
-
 cli.add_command(analyze_cmd, name="analyze")
 
 
 cli.add_command(collect_cmd)
+cli.add_command(compare_cmd)
 
 
 @cli.command()

@@ -9,11 +9,22 @@ from typing import Any
 
 import polars as pl
 
+from kvdiag.analyzer.store.database import StoreReader
 from kvdiag.domain.counters import counter_increase, counter_totals, series_increase_sql
 from kvdiag.domain.histograms import bucket_quantile
 from kvdiag.rules.base import RuleContext
 
+# The counter and histogram questions are asked by rules and by `kvdiag compare` (which
+# reads a store with no rule running): either gives the reader.
+Reads = RuleContext | StoreReader
+
+
+def _reader(ctx: Reads) -> StoreReader:
+    return ctx.store if isinstance(ctx, RuleContext) else ctx
+
+
 __all__ = [
+    "bucket_increases",
     "counter",
     "counter_increase",
     "counter_total",
@@ -49,13 +60,14 @@ def gauge(ctx: RuleContext, metric: str, reason: str | None = None) -> pl.DataFr
     return ctx.store.memo(("gauge", metric, reason), lambda: ctx.sql(query, params))
 
 
-def counter(ctx: RuleContext, metric: str) -> pl.DataFrame:
+def counter(ctx: Reads, metric: str) -> pl.DataFrame:
     """Samples of a counter (`_total`), ordered by replica and time."""
     query = (
         f"SELECT {_SAMPLE_COLS} FROM metric_samples WHERE metric = ? AND suffix = 'total' "
         "ORDER BY replica, engine, ts NULLS FIRST, source_path, source_line"
     )
-    return ctx.store.memo(("counter", metric), lambda: ctx.sql(query, [metric]))
+    reader = _reader(ctx)
+    return reader.memo(("counter", metric), lambda: reader.sql(query, [metric]))
 
 
 def replica_part(
@@ -89,11 +101,10 @@ def split_by_replica(frame: pl.DataFrame) -> dict[Any, pl.DataFrame]:
     return {key[0]: parts[key] for key in sorted(parts, key=lambda k: (k[0] is None, k[0]))}
 
 
-def histogram_mean(
-    ctx: RuleContext, metric: str, replica: str | None = None
-) -> tuple[float, int] | None:
+def histogram_mean(ctx: Reads, metric: str, replica: str | None = None) -> tuple[float, int] | None:
     """(mean, count) of a histogram at its last sample per series, or None."""
-    frame = ctx.store.memo(("histogram_mean", metric), lambda: _last_sum_count(ctx, metric))
+    reader = _reader(ctx)
+    frame = reader.memo(("histogram_mean", metric), lambda: _last_sum_count(reader, metric))
     if replica is not None:
         frame = frame.filter(pl.col("replica") == replica)
     sums = frame["s"].drop_nulls()
@@ -104,7 +115,7 @@ def histogram_mean(
     return float(s) / float(c), int(c)  # type: ignore[arg-type]
 
 
-def _last_sum_count(ctx: RuleContext, metric: str) -> pl.DataFrame:
+def _last_sum_count(ctx: StoreReader, metric: str) -> pl.DataFrame:
     """Per replica: the histogram's `_sum` and `_count` at each series' last sample."""
     return ctx.sql(
         "WITH last AS (SELECT replica, engine, suffix, arg_max(value, ts) AS v "
@@ -124,15 +135,16 @@ def first_max(frame: pl.DataFrame, column: str) -> dict[str, Any] | None:
     return frame.filter(pl.col(column) == top).row(0, named=True)
 
 
-def counter_total(ctx: RuleContext, metric: str, replica: str | None = None) -> float | None:
+def counter_total(ctx: Reads, metric: str, replica: str | None = None) -> float | None:
     """A counter's increase over the window (None when it was never scraped)."""
     if replica is None:
         series = counter(ctx, metric)
         return counter_increase(series) if series.height else None
-    return ctx.store.memo(("counter_totals", metric), lambda: _increases(ctx, metric)).get(replica)
+    reader = _reader(ctx)
+    return reader.memo(("counter_totals", metric), lambda: _increases(reader, metric)).get(replica)
 
 
-def _increases(ctx: RuleContext, metric: str) -> dict[Any, float]:
+def _increases(ctx: Reads, metric: str) -> dict[Any, float]:
     """Each replica's increase of a counter: counter_increase over its own series."""
     series = counter(ctx, metric)
     if series.is_empty():
@@ -143,12 +155,12 @@ def _increases(ctx: RuleContext, metric: str) -> dict[Any, float]:
 
 
 def histogram_quantile(
-    ctx: RuleContext, metric: str, q: float, replica: str | None = None
+    ctx: Reads, metric: str, q: float, replica: str | None = None
 ) -> float | None:
     """The q-quantile of a histogram over the window, as PromQL's histogram_quantile of
     the buckets' increases (across restarts), a replica's engines or the fleet added up.
     None without observations."""
-    frame = ctx.store.memo(("bucket_increases", metric), lambda: _bucket_increases(ctx, metric))
+    frame = bucket_increases(ctx, metric)
     if replica is not None:
         frame = frame.filter(pl.col("replica") == replica)
     value = bucket_quantile(q, frame.select("le", "count"))
@@ -156,10 +168,10 @@ def histogram_quantile(
 
 
 def histogram_buckets(
-    ctx: RuleContext, metric: str, replica: str | None = None
+    ctx: Reads, metric: str, replica: str | None = None
 ) -> list[tuple[float, float]]:
     """A histogram's cumulative (le, observations) over the window, one replica's or all."""
-    frame = ctx.store.memo(("bucket_increases", metric), lambda: _bucket_increases(ctx, metric))
+    frame = bucket_increases(ctx, metric)
     if replica is not None:
         frame = frame.filter(pl.col("replica") == replica)
     summed = frame.group_by("le").agg(pl.col("count").sum()).sort("le")
@@ -176,10 +188,15 @@ _BUCKET_SAMPLES = (
 )
 
 
-def _bucket_increases(ctx: RuleContext, metric: str) -> pl.DataFrame:
+def bucket_increases(ctx: Reads, metric: str) -> pl.DataFrame:
     """Per replica and bucket bound: the observations over the window (`count`)."""
+    reader = _reader(ctx)
+    return reader.memo(("bucket_increases", metric), lambda: _bucket_increases(reader, metric))
+
+
+def _bucket_increases(reader: StoreReader, metric: str) -> pl.DataFrame:
     per_series = series_increase_sql(_BUCKET_SAMPLES, "series_id", "ts NULLS FIRST, row")
-    return ctx.sql(
+    return reader.sql(
         f"SELECT s.replica, s.le, sum(i.increase) AS count FROM ({per_series}) i "
         "JOIN metric_series s USING (series_id) GROUP BY s.replica, s.le "
         "ORDER BY s.replica, s.le",

@@ -1,0 +1,143 @@
+"""`kvdiag compare BEFORE AFTER`: option parsing and output policy; the work is in
+kvdiag/compare."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from kvdiag.analyzer.cli.common import csv_values, parse_thresholds, write_report
+from kvdiag.analyzer.cli.examples import EXAMPLES, example_path
+from kvdiag.analyzer.cli.failure import exit_with
+from kvdiag.analyzer.errors import KvdiagError
+from kvdiag.analyzer.exitcodes import ExitCode
+from kvdiag.analyzer.options import AnalyzeOptions
+from kvdiag.analyzer.progress import TerminalProgress
+from kvdiag.reports import OutputFormat
+
+# --fail-on: the least bad outcome that exits 1 (None: never).
+_FAIL_ON = {"unchanged": 1, "regressed": 2, "never": None}
+COMPARE_EPILOG = (
+    "\b\nExit codes:\n"
+    "  0  fixed or improved (or any outcome with --fail-on never)\n"
+    "  1  unchanged, not comparable or regressed (only regressed with --fail-on regressed)\n"
+    "  2  usage error (bad option or argument)\n"
+    "  3  a side is missing, or nothing in it could be ingested\n"
+    "  4  internal error\n"
+    "  5  a disk kvdiag writes to is full\n"
+    "  130  interrupted (Ctrl-C); nothing was written"
+)
+
+
+def _side(value: str) -> Path:
+    """A path, or `example:NAME` for a bundled example incident."""
+    if value.startswith("example:"):
+        name = value.removeprefix("example:")
+        if name not in EXAMPLES:
+            raise click.BadParameter(f"no bundled example {name!r} (see `kvdiag examples`)")
+        return example_path(name)
+    return Path(value)
+
+
+@click.command("compare", epilog=COMPARE_EPILOG)
+@click.argument("before")
+@click.argument("after")
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice([f.value for f in OutputFormat]),
+    default="text",
+    show_default=True,
+    help="Output format (html: one self-contained file with the two runs' charts overlaid).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write the report here instead of stdout (written only when complete).",
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(list(_FAIL_ON)),
+    default="unchanged",
+    show_default=True,
+    help="Exit 1 when the outcome is this or worse (unchanged < regressed).",
+)
+@click.option("--year", type=click.IntRange(1970, 2200), help="Year of log lines (both runs).")
+@click.option("--select", multiple=True, help="Only these rules, for both runs.")
+@click.option("--ignore", multiple=True, help="Skip these rules, for both runs.")
+@click.option(
+    "--set", "thresholds", multiple=True, metavar="RULE.NAME=VALUE", help="For both runs."
+)
+@click.option("--color/--no-color", default=None, help="Colour the terminal report.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress or summary on stderr.")
+def compare_cmd(
+    before: str,
+    after: str,
+    fmt: str,
+    output: Path | None,
+    fail_on: str,
+    year: int | None,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    thresholds: tuple[str, ...],
+    color: bool | None,
+    quiet: bool,
+) -> None:
+    """Did the change work? Compare two runs of the same service, BEFORE and AFTER a change.
+
+    Each of BEFORE and AFTER is an incident folder, an archive, a single file, a database
+    `kvdiag analyze --db` kept, or `example:NAME` for a bundled example. kvdiag analyses
+    both, then says whether they carried the same load (requests, arrival rate, lengths,
+    within 15 %; if not, the outcome is judged per request arrived), every setting that
+    differs and where each value came from, each layer's quantities side by side, and the
+    outcome: fixed, improved, unchanged, regressed or not_comparable, with the change that
+    explains it. BEFORE's remedies are checked against AFTER: applied or not, with what effect.
+
+    \b
+    Examples:
+      kvdiag compare example:vllm-b-saturation example:vllm-b2-saturation-larger-pool
+      kvdiag compare ./before/ ./after/ -f html -o compare.html
+      kvdiag compare before.duckdb ./after/ --format json
+    """
+    from kvdiag.compare import compare_paths
+    from kvdiag.reports.compare_render import render_compare
+
+    sides = [_side(before), _side(after)]
+    opts = AnalyzeOptions(
+        incident=sides[0],
+        year=year,
+        select=csv_values(select),
+        ignore=csv_values(ignore),
+        thresholds=parse_thresholds(thresholds),
+    )
+    progress = None
+    if not quiet and sys.stderr.isatty():
+        progress = TerminalProgress(lambda text: click.echo(text, nl=False, err=True))
+    try:
+        result = compare_paths(sides[0], sides[1], opts, progress, labels=(before, after))
+    except KvdiagError as exc:
+        exit_with(exc)
+    finally:
+        if progress is not None:
+            progress.clear()
+    out_fmt = OutputFormat(fmt)
+    use_color = (
+        color
+        if color is not None
+        else (output is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    )
+    text = render_compare(result, out_fmt, color=bool(use_color and out_fmt is OutputFormat.TEXT))
+    if output is not None:
+        write_report(output, text, None)
+        if not quiet:
+            click.echo(f"wrote {output}: {result.outcome.value}", err=True)
+    else:
+        click.echo(text, nl=False, color=bool(use_color))
+    threshold = _FAIL_ON[fail_on]
+    failed = threshold is not None and result.outcome.rank >= threshold
+    sys.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))

@@ -1,0 +1,95 @@
+"""What the compare reports show, derived from the BeforeAfter record alone (formatted,
+not escaped: each renderer escapes for its own syntax)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvdiag.compare.record import BeforeAfter, Outcome, Quantity, RemedyCheck, SettingChange
+from kvdiag.reports.fmt import fmt_quantity
+
+OUTCOME_TONE = {
+    Outcome.FIXED: "ok",
+    Outcome.IMPROVED: "ok",
+    Outcome.UNCHANGED: "warn",
+    Outcome.NOT_COMPARABLE: "warn",
+    Outcome.REGRESSED: "bad",
+}
+BETTER_WORDS = {"after": "better", "before": "worse", None: ""}
+
+
+@dataclass(frozen=True, slots=True)
+class QuantityRow:
+    name: str
+    before: str
+    after: str
+    change: str
+    verdict: str  # "better" | "worse" | ""
+    sources: str
+
+
+def change_text(q: Quantity) -> str:
+    """ "x 0.5" for a ratio, "=" when equal, "" when it cannot be said."""
+    if q.before == q.after and q.before is not None:
+        return "="
+    if q.change is None:
+        return ""
+    return f"x {q.change:.3g}"
+
+
+def _sources(q: Quantity) -> str:
+    if q.source_before == q.source_after:
+        return q.source_before
+    return f"{q.source_before or '—'} | {q.source_after or '—'}"
+
+
+def quantity_rows(quantities: tuple[Quantity, ...]) -> list[QuantityRow]:
+    return [
+        QuantityRow(
+            q.name,
+            fmt_quantity(q.before, q.unit),
+            fmt_quantity(q.after, q.unit),
+            change_text(q),
+            BETTER_WORDS[q.better],
+            _sources(q),
+        )
+        for q in quantities
+    ]
+
+
+def setting_name(c: SettingChange) -> str:
+    return f"{c.setting} ({c.flag})" if c.flag else c.setting
+
+
+def setting_value(c: SettingChange, value: str | None) -> str:
+    if value is None:
+        return "not stated"
+    if c.setting.endswith("_bytes"):
+        try:
+            return f"{fmt_quantity(float(value), 'bytes')} ({int(float(value)):,} B)"
+        except ValueError:
+            return value
+    return value
+
+
+def applied_word(r: RemedyCheck) -> str:
+    return {True: "applied", False: "not applied", None: "cannot tell"}[r.applied]
+
+
+def load_sentence(r: BeforeAfter) -> str:
+    """Whether the loads compare, in words."""
+    tol = f"{r.load.tolerance:.0%}"
+    if not r.load.comparable:
+        return "The two runs cannot be compared."
+    if r.load.same_load:
+        return f"The same load: requests, arrival rate and lengths agree within {tol}."
+    return (
+        f"Not the same load (beyond {tol}): the outcome is judged per request arrived, "
+        "not on raw totals."
+    )
+
+
+def verdict_line(r: BeforeAfter, which: str) -> str:
+    side = r.before if which == "before" else r.after
+    v = side.diagnosis.verdict
+    return f"{v.primary.value} ({v.confidence.value})"
