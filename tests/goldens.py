@@ -10,15 +10,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tomllib
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from kvdiag.analyzer.diagnosis import Diagnosis
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
+from kvdiag.compare import BeforeAfter, compare_paths
 from kvdiag.reports import OutputFormat, render
-from tests.conftest import FixtureCase, fixture_cases
+from kvdiag.reports.compare_render import render_compare
+from tests.conftest import FIXTURES, FixtureCase, fixture_cases
 
 REGEN_COMMAND = "python -m tests.regen_goldens"
 STAMP = "stamp.json"
@@ -52,9 +56,7 @@ PINNED_MTIME = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
 
 def analyze_case(case: FixtureCase) -> Diagnosis:
     """A fresh analysis of a fixture, labelled with the fixture's name."""
-    for path in case.incident.rglob("*"):
-        if path.is_file() and not path.is_symlink() and path.stat().st_mtime != PINNED_MTIME:
-            os.utime(path, (PINNED_MTIME, PINNED_MTIME))
+    _pin_mtimes(case.incident)
     return analyze(AnalyzeOptions(incident=case.incident, label=case.name)).diagnosis
 
 
@@ -88,5 +90,65 @@ def write_goldens(case: FixtureCase) -> list[Path]:
         (folder / name).write_text(text, encoding="utf-8")
         written.append(folder / name)
     stamp = {"incident_sha256": incident_hash(case.incident), "regenerate": REGEN_COMMAND}
+    (folder / STAMP).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
+    return [*written, folder / STAMP]
+
+
+# --- BEFORE/AFTER pairs (fixtures/pairs/<pair>/): `kvdiag compare` in every format ---------
+
+PAIRS = FIXTURES / "pairs"
+PAIR_FILES: dict[str, OutputFormat] = {
+    "compare.txt": OutputFormat.TEXT,
+    "compare.md": OutputFormat.MARKDOWN,
+    "compare.json": OutputFormat.JSON,
+    "compare.html": OutputFormat.HTML,
+}
+
+
+def pair_names() -> list[str]:
+    return sorted(p.name for p in PAIRS.iterdir() if (p / "expected.toml").is_file())
+
+
+def pair_expected(pair: str) -> dict[str, Any]:
+    return tomllib.loads((PAIRS / pair / "expected.toml").read_text())
+
+
+@cache
+def compared_fixtures(before: str, after: str) -> BeforeAfter:
+    """`kvdiag compare` of two fixtures, labelled with their names (once per session)."""
+    sides = [FIXTURES / name / "incident" for name in (before, after)]
+    for incident in sides:
+        _pin_mtimes(incident)
+    opts = AnalyzeOptions(incident=sides[0])
+    return compare_paths(sides[0], sides[1], opts, labels=(before, after))
+
+
+def _pin_mtimes(incident: Path) -> None:
+    for path in incident.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_mtime != PINNED_MTIME:
+            os.utime(path, (PINNED_MTIME, PINNED_MTIME))
+
+
+def render_pair(pair: str) -> dict[str, str]:
+    want = pair_expected(pair)
+    r = compared_fixtures(want["before"], want["after"])
+    return {name: render_compare(r, fmt, color=False) for name, fmt in PAIR_FILES.items()}
+
+
+def pair_stamp(pair: str) -> str:
+    """The goldens' inputs: both fixtures' incident hashes and the pair's expected.toml."""
+    want = pair_expected(pair)
+    parts = [incident_hash(FIXTURES / want[side] / "incident") for side in ("before", "after")]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def write_pair_goldens(pair: str) -> list[Path]:
+    folder = PAIRS / pair / "golden"
+    folder.mkdir(exist_ok=True)
+    written = []
+    for name, text in render_pair(pair).items():
+        (folder / name).write_text(text, encoding="utf-8")
+        written.append(folder / name)
+    stamp = {"inputs_sha256": pair_stamp(pair), "regenerate": REGEN_COMMAND}
     (folder / STAMP).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
     return [*written, folder / STAMP]

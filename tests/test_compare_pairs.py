@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 import tomllib
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.compare import BeforeAfter, Outcome, compare_paths
+from kvdiag.compare import BeforeAfter, Outcome
 from tests.conftest import FIXTURES, run_cli
+from tests.goldens import compared_fixtures
 
 PAIRS = FIXTURES / "pairs"
 CASES = sorted(p.name for p in PAIRS.iterdir() if (p / "expected.toml").exists())
@@ -28,9 +27,8 @@ def incident(name: str) -> Path:
     return FIXTURES / name / "incident"
 
 
-@cache
 def compared(before: str, after: str) -> BeforeAfter:
-    return compare_paths(incident(before), incident(after), AnalyzeOptions(incident=Path(".")))
+    return compared_fixtures(before, after)  # one comparison per pair per test session
 
 
 def test_pairs_are_found() -> None:
@@ -88,7 +86,10 @@ def test_block_size_remedy_moved_the_proposed_way_says_how_far() -> None:
 
 
 def test_cli_exit_codes_and_json_contract(tmp_path: Path) -> None:
-    before, after = incident("vllm-c-prefill-peak-noprefix"), incident("vllm-c2-prefill-peak-prefix")
+    before, after = (
+        incident("vllm-c-prefill-peak-noprefix"),
+        incident("vllm-c2-prefill-peak-prefix"),
+    )
     fixed = run_cli("compare", str(before), str(after), "-f", "json", "-q")
     assert fixed.exit_code == 0
     doc = json.loads(fixed.stdout)

@@ -84,6 +84,12 @@ def compare_load(before: RunEvidence, after: RunEvidence) -> LoadComparison:
             "the offered load is the same"
         )
         off = []
+    flight = by_name["peak_concurrency"].change
+    if not off and flight is not None and abs(flight - 1) > LOAD_TOLERANCE:
+        notes.append(
+            f"requests in flight at the peak: {flight:.2f}x BEFORE's; with the same arrivals "
+            "that is the server's pace (answers sooner or later), not the load"
+        )
     return LoadComparison(True, not off, LOAD_TOLERANCE, rows, tuple(notes))
 
 

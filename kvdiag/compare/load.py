@@ -114,7 +114,7 @@ def _engine_load(reader: StoreReader) -> dict[str, Measure]:
     out = {
         "requests": Measure(finished, "requests", source),
         "arrival_span": busy,
-        "arrival_rate": Measure(rate, "requests/s", f"{source} over the busy span"),
+        "arrival_rate": Measure(rate, "requests/s", f"{source} over the busy span" if rate else ""),
         "peak_concurrency": _peak_concurrency(reader),
     }
     for name, metric in (

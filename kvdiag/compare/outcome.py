@@ -30,15 +30,21 @@ def decide(
     better = [q.name for q in outcomes if q.better == "after"]
     worse = [q.name for q in outcomes if q.better == "before"]
     reasons = _reasons(new, gone, better, worse)
-    if new:
+    if new and better and not worse:
+        # Named now while every user-facing number improved: more likely unmasked (a queue
+        # hidden behind a full pool) than caused by the change.
+        reasons.append(
+            f"{', '.join(new)} is named only in AFTER, but no user-facing number got worse"
+        )
+    elif new:
         return Outcome.REGRESSED, reasons
-    if had and not (set(had) & set(has)):
+    if had and not has:
         return Outcome.FIXED, reasons
     if worse and not better and not gone:
         return Outcome.REGRESSED, reasons
     if (gone or better) and not worse:
         return Outcome.IMPROVED, reasons
-    if gone and had and had[0].value in gone:
+    if had and had[0].value in gone:
         return Outcome.IMPROVED, reasons
     return Outcome.UNCHANGED, reasons
 
@@ -123,10 +129,12 @@ def _head(outcome: Outcome, before: Diagnosis, after: Diagnosis) -> str:
     if outcome is Outcome.FIXED:
         return f"{', '.join(c.value for c in had)} gone"
     new = [c.value for c in has if c not in had]
-    if new:
+    if new and outcome is Outcome.REGRESSED:
         return f"{', '.join(new)} appeared"
-    if had:
-        return f"{had[0].value} {'remains' if had[0] in has else 'gone'}"
+    parts = [f"{had[0].value} {'remains' if had[0] in has else 'gone'}"] if had else []
+    parts += [f"{', '.join(new)} named in AFTER"] if new else []
+    if parts:
+        return ", ".join(parts)
     return f"{before.verdict.primary.value} before and {after.verdict.primary.value} after"
 
 

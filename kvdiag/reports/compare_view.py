@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvdiag.analyzer.diagnosis import Scalar
 from kvdiag.compare.record import BeforeAfter, Outcome, Quantity, RemedyCheck, SettingChange
-from kvdiag.reports.fmt import fmt_quantity
+from kvdiag.reports.fmt import fmt_quantity, fmt_value
 
 OUTCOME_TONE = {
     Outcome.FIXED: "ok",
@@ -43,12 +44,17 @@ def _sources(q: Quantity) -> str:
     return f"{q.source_before or '—'} | {q.source_after or '—'}"
 
 
+def _shown(value: Scalar, unit: str | None) -> str:
+    """A number with its unit; a word ("off") as it is."""
+    return fmt_value(value) if isinstance(value, str) else fmt_quantity(value, unit)
+
+
 def quantity_rows(quantities: tuple[Quantity, ...]) -> list[QuantityRow]:
     return [
         QuantityRow(
             q.name,
-            fmt_quantity(q.before, q.unit),
-            fmt_quantity(q.after, q.unit),
+            _shown(q.before, q.unit),
+            _shown(q.after, q.unit),
             change_text(q),
             BETTER_WORDS[q.better],
             _sources(q),

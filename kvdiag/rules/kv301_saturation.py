@@ -164,6 +164,8 @@ class KvSaturation(Rule):
                 f"{fmt_tokens(d.pool)} ({grown.basis()}; usage peaked at {rep.peak_usage:.0%})",
                 [peak_ev],
             )
+        if _bounded(rep):
+            return None  # a climb toward a level the requests' full lengths cannot reach
         climb = _climb(ctx, rep, peak_row)
         if climb is None:
             return None
@@ -173,6 +175,19 @@ class KvSaturation(Rule):
             f"rate the pool is full in {seconds:.0f} s",
             [peak_ev],
         )
+
+
+def _bounded(rep: ReplicaLoad) -> bool:
+    """Whether every request running or waiting fits at its full length (prompt +
+    max_tokens, from request lengths): usage can climb no higher than that, whatever its
+    slope, so a climb is no warning."""
+    grown = rep.queued
+    return (
+        grown is not None
+        and grown.lengths_known
+        and grown.grows == "prompt + max_tokens"
+        and grown.demand.fits
+    )
 
 
 def _held(grown: Growth) -> str:

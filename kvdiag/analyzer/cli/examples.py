@@ -11,6 +11,11 @@ EXAMPLES: dict[str, str] = {
         "real vLLM 0.32 run: 36 long requests against a pool of 8,704 tokens "
         "(32 waiting, 29 preemptions, KV usage 1.0)"
     ),
+    "vllm-b2-saturation-larger-pool": (
+        "the same 36 requests after the fix, on a pool of 81,920 tokens (no preemption; a "
+        "prefill-bound queue of 28 remains): `kvdiag compare example:vllm-b-saturation "
+        "example:vllm-b2-saturation-larger-pool`"
+    ),
 }
 
 
