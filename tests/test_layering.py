@@ -24,7 +24,16 @@ FORBIDDEN = {
         "kvdiag.analyzer.store",
         "kvdiag.rules",
         "duckdb",
+        # a comparison is rendered from its record alone, as a diagnosis is
+        "kvdiag.compare.judge",
+        "kvdiag.compare.load",
+        "kvdiag.compare.outcome",
+        "kvdiag.compare.remedies",
+        "kvdiag.compare.settings",
+        "kvdiag.compare.sides",
     ),
+    # judgement over two analyses: never the command line
+    "compare": ("kvdiag.analyzer.cli",),
     # The domain's arithmetic is the bottom layer: pure functions everyone calls.
     "domain": (
         "kvdiag.analyzer",

@@ -25,6 +25,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     names = zipfile.ZipFile(wheel).namelist()
     assert "kvdiag/examples/vllm-b-saturation/server.log" in names
     assert any(n.startswith("kvdiag/examples/vllm-b-saturation/metrics/") for n in names)
+    assert "kvdiag/examples/vllm-b2-saturation-larger-pool/server.log" in names
+    assert "kvdiag/reports/schema/compare.schema.json" in names
     target = tmp_path_factory.mktemp("site")
     subprocess.run(
         [
@@ -73,3 +75,20 @@ def test_example_runs_from_the_installed_wheel(installed: Path, tmp_path: Path) 
     doc = json.loads(result.stdout)
     assert doc["verdict"]["primary"] == "saturation"
     assert doc["facts"]["pool_tokens"]["value"] == 8704
+
+
+@pytest.mark.slow
+def test_compare_help_example_runs_from_the_installed_wheel(
+    installed: Path, tmp_path: Path
+) -> None:
+    """`kvdiag compare --help` teaches with the bundled pair; that example runs as printed."""
+    helped = _run(installed, "-m", "kvdiag", "compare", "--help", cwd=tmp_path)
+    example = next(
+        line.strip() for line in helped.stdout.splitlines() if "example:vllm-b-saturation" in line
+    )
+    args = example.split()[1:]  # drop the program name
+    result = _run(installed, "-m", "kvdiag", *args, "-f", "json", "-q", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr  # improved
+    doc = json.loads(result.stdout)
+    assert doc["outcome"] == "improved"
+    assert "kv_cache_memory_bytes" in {c["setting"] for c in doc["changes"]}

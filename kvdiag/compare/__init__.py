@@ -64,7 +64,7 @@ def compare_runs(before: RunEvidence, after: RunEvidence) -> BeforeAfter:
         ),
         outcome=decided,
         summary=outcome.summary(
-            decided, before.diagnosis, after.diagnosis, load, changes, outcomes
+            decided, before.diagnosis, after.diagnosis, load, changes, outcomes, reasons
         ),
         reasons=tuple(reasons),
         kvdiag_version=__version__,

@@ -117,10 +117,15 @@ def _outside(rows: dict[str, Quantity], notes: list[str]) -> list[str]:
 
 
 def _closed_loop(rows: dict[str, Quantity]) -> bool:
-    """As many requests in flight at the peak, over the same span: a closed loop. (An open
-    loop sending faster holds more in flight, or sends for a shorter time.)"""
-    same = rows["peak_concurrency"].change, rows["arrival_span"].change
-    return all(c is not None and abs(c - 1) <= LOAD_TOLERANCE for c in same)
+    """As many requests in flight at the peak, and the same requests or the same span: a
+    client that sends as it is answered (a fixed count takes longer on a slower server, a
+    fixed duration gets through fewer). An open loop sending faster holds more in flight."""
+
+    def same(name: str) -> bool:
+        c = rows[name].change
+        return c is not None and abs(c - 1) <= LOAD_TOLERANCE
+
+    return same("peak_concurrency") and (same("requests") or same("arrival_span"))
 
 
 def _fact_value(d: Diagnosis, name: str) -> Measure:

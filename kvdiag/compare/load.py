@@ -174,21 +174,21 @@ def _latencies(reader: StoreReader, client: dict[str, Any]) -> dict[str, Measure
     out: dict[str, Measure] = {}
     for q in (0.5, 0.95, 0.99):
         pct = round(q * 100)
-        out[f"queue_time_p{pct}"] = _quantile(reader, "request_queue_time", q)
+        out[f"queue_time_p{pct}"] = _histogram_measure(reader, "request_queue_time", q)
         out[f"ttft_p{pct}"] = (
             _client_quantile(reader, "ttft_s", q)
             if client["n"]
-            else _quantile(reader, "time_to_first_token", q)
+            else _histogram_measure(reader, "time_to_first_token", q)
         )
     out["e2e_p95"] = (
         _client_quantile(reader, "e2e_s", 0.95)
         if client["n"]
-        else _quantile(reader, "e2e_request_latency", 0.95)
+        else _histogram_measure(reader, "e2e_request_latency", 0.95)
     )
     return out
 
 
-def _quantile(reader: StoreReader, metric: str, q: float) -> Measure:
+def _histogram_measure(reader: StoreReader, metric: str, q: float) -> Measure:
     value = histogram_quantile(reader, metric, q)
     return Measure(value, "s", f"{metric} histogram (buckets)" if value is not None else "")
 

@@ -98,12 +98,19 @@ def summary(
     load: LoadComparison,
     changes: tuple[SettingChange, ...],
     outcomes: tuple[Quantity, ...],
+    reasons: list[str],
 ) -> str:
     """One sentence: the outcome, at what load, the change that explains it, what moved."""
     if outcome is Outcome.NOT_COMPARABLE:
-        return f"not comparable: {'; '.join(load.notes) or 'a side reaches no verdict'}"
+        return f"not comparable: {'; '.join(reasons)}"
     head = _head(outcome, before, after)
-    at = "at the same load" if load.same_load else "at a different load, judged per request"
+    at = (
+        "with no load on either side"
+        if all(not q.before and not q.after for q in load.quantities)
+        else "at the same load"
+        if load.same_load
+        else "at a different load, judged per request"
+    )
     why = explaining(before, changes)
     cause = f"; {', '.join(change_phrase(c) for c in why[:3])}" if why else "; no setting changed"
     cause = _pool_phrase(before, after) + cause

@@ -87,6 +87,13 @@ def load_sentence(r: BeforeAfter) -> str:
     tol = f"{r.load.tolerance:.0%}"
     if not r.load.comparable:
         return "The two runs cannot be compared."
+    if all(not q.before and not q.after for q in r.load.quantities):
+        return "No load on either side: only the configuration and the start-up compare."
+    if r.load.same_load and any("closed loop" in n for n in r.load.notes):
+        return (
+            f"The same offered load: as many requests in flight, lengths within {tol}; "
+            "the arrival rate followed the server's pace."
+        )
     if r.load.same_load:
         return f"The same load: requests, arrival rate and lengths agree within {tol}."
     return (
