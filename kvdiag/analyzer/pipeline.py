@@ -27,7 +27,7 @@ from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.progress import CHARTING, CHECKING, SAVING, Progress
 from kvdiag.analyzer.store import timeline, validate
 from kvdiag.analyzer.store.database import Store, StoreReader
-from kvdiag.analyzer.store.kept import KeptStore, NotAStoreError
+from kvdiag.analyzer.store.kept import KeptStore
 from kvdiag.analyzer.verdict import classify, fleet, missing, reconcile, rule_runner
 
 
@@ -300,10 +300,7 @@ def analyze_kept(db: Path, opts: AnalyzeOptions) -> Analysis:
     thresholds are this run's. Raises NoInputError when the file is not such a database.
     """
     clock = _Clock()
-    try:
-        kept = KeptStore(db)
-    except NotAStoreError as exc:
-        raise NoInputError(str(exc), path=db) from None
+    kept = KeptStore(db)
     try:
         reader = kept.reader
         got = _Judged(opts.label or db.stem, *_kept_account(reader))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import duckdb
 
+from kvdiag.analyzer.errors import NoInputError
 from kvdiag.analyzer.schema import TABLES
 from kvdiag.analyzer.store.database import MEMORY_LIMIT_MB, MemoryLimit, StoreReader, floor_mb
 
@@ -14,14 +15,14 @@ from kvdiag.analyzer.store.database import MEMORY_LIMIT_MB, MemoryLimit, StoreRe
 class KeptStore:
     """A database an earlier `analyze --db PATH` kept, opened read-only for another look.
 
-    Raises NotAStoreError when the file is not a DuckDB database holding kvdiag's tables.
+    Raises NoInputError when the file is not a DuckDB database holding kvdiag's tables.
     """
 
     def __init__(self, path: Path) -> None:
         try:
             self._con = duckdb.connect(str(path), read_only=True)
         except duckdb.Error as exc:
-            raise NotAStoreError(f"not a DuckDB database kvdiag can open: {exc}") from None
+            raise NoInputError(f"not a DuckDB database kvdiag can open: {exc}", path=path) from None
         found = {
             r[0] for r in self._con.execute("SELECT table_name FROM duckdb_tables()").fetchall()
         }
@@ -31,10 +32,11 @@ class KeptStore:
         lacking = [t.name for t in TABLES if t.name not in found]
         if lacking:
             self._con.close()
-            raise NotAStoreError(
+            raise NoInputError(
                 f"not a database `kvdiag analyze --db` kept (no table {', '.join(lacking[:3])}"
                 + (", ..." if len(lacking) > 3 else "")
-                + "); it may come from another kvdiag version"
+                + "); it may come from another kvdiag version",
+                path=path,
             )
         self._memory = MemoryLimit(self._con, floor_mb())
         self._memory.start_from(MEMORY_LIMIT_MB)
@@ -45,7 +47,3 @@ class KeptStore:
 
     def close(self) -> None:
         self._con.close()
-
-
-class NotAStoreError(Exception):
-    """A file given as a kept database is not one."""
