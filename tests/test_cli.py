@@ -142,3 +142,14 @@ def test_rules_and_tables_commands_describe_themselves() -> None:
     assert "KV301" in {r["code"] for r in json.loads(run_cli("rules", "-f", "json").stdout)}
     assert "log_stats" in run_cli("tables").stdout
     assert "vllm-b-saturation" in run_cli("examples").stdout
+
+
+def test_bundled_examples_run_from_a_source_checkout() -> None:
+    """An editable install finds the examples in fixtures/ (the wheel ships them inside)."""
+    result = run_cli("analyze", "--example", "vllm-b-saturation", "-f", "json", "-q")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["verdict"]["primary"] == "saturation"
+    pair = run_cli(
+        "compare", "example:vllm-b-saturation", "example:vllm-b2-saturation-larger-pool", "-q"
+    )
+    assert pair.exit_code == 0 and "improved" in pair.stdout

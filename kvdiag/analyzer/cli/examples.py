@@ -27,7 +27,7 @@ def example_path(name: str) -> Path:
     if packaged.is_dir():
         return Path(str(packaged))
     # Source checkout or editable install: the fixture the wheel copies from.
-    checkout = Path(__file__).resolve().parents[2] / "fixtures" / name / "incident"
+    checkout = Path(__file__).resolve().parents[3] / "fixtures" / name / "incident"
     if checkout.is_dir():
         return checkout
     raise FileNotFoundError(f"example {name!r} is not shipped with this installation")
