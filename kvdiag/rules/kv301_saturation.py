@@ -137,7 +137,7 @@ class KvSaturation(Rule):
         warning = self._risk(ctx, rep)
         if warning is not None:
             title, ev = warning
-            yield ctx.finding(
+            finding = ctx.finding(
                 title,
                 ev,
                 saturation_remedies(
@@ -146,6 +146,9 @@ class KvSaturation(Rule):
                 severity=Severity.WARNING,
                 replica=replica,
             )
+            # A climb toward a level the requests' bounds may or may not reach: said, not
+            # claimed (the bounds straddle the pool; see _straddle).
+            yield replace(finding, claimed=not _climb_unbounded_either_way(rep, title))
             return
         yield ctx.rule_out(_not_full_reason(ctx, rep) + _straddle(rep))
 
@@ -188,6 +191,13 @@ def _bounded(rep: ReplicaLoad) -> bool:
         and grown.grows == "prompt + max_tokens"
         and grown.demand.fits
     )
+
+
+def _climb_unbounded_either_way(rep: ReplicaLoad, title: str) -> bool:
+    """Whether a climb warning rests on the slope alone: the requests' bounds straddle the
+    pool (they may fit at full length, or not), or nothing bounds them at all."""
+    grown = rep.queued
+    return title.startswith("KV usage climbing") and (grown is None or grown.demand.straddles)
 
 
 def _held(grown: Growth) -> str:
