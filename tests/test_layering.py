@@ -31,9 +31,19 @@ FORBIDDEN = {
         "kvdiag.compare.remedies",
         "kvdiag.compare.settings",
         "kvdiag.compare.sides",
+        # a plan is rendered from its record alone
+        "kvdiag.plan.run",
+        "kvdiag.plan.sim",
+        "kvdiag.plan.traffic",
+        "kvdiag.plan.steptime",
+        "kvdiag.plan.engine",
+        "kvdiag.plan.sweep",
+        "kvdiag.plan.knee",
     ),
     # judgement over two analyses: never the command line
     "compare": ("kvdiag.analyzer.cli",),
+    # the simulator and the planner: never the command line or a renderer
+    "plan": ("kvdiag.analyzer.cli", "kvdiag.reports"),
     # The domain's arithmetic is the bottom layer: pure functions everyone calls.
     "domain": (
         "kvdiag.analyzer",

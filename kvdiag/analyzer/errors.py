@@ -7,8 +7,10 @@ code (exitcodes.py; the CLI prints the message after `kvdiag: `):
     ├── InputError          3  an input is missing or cannot be read: says where
     │   ├── NoInputError       the incident holds nothing that can be analysed
     │   ├── ArchiveLimitError  an archive stops expanding (a limit, or damage)
-    │   └── LiveSourceError    the metrics server failed, or answered nonsense
+    │   ├── LiveSourceError    the metrics server failed, or answered nonsense
+    │   └── NotPlannableError  the incident holds no traffic or no pool to replay
     ├── LiveUsageError      2  a live source asked for in a way that cannot work
+    ├── PlanFlagError       2  a flag `kvdiag plan` cannot apply to this engine
     ├── FormatPackError     4  a bundled format pack is malformed
     └── NoSpaceError        5  the disk kvdiag writes to is full
 
@@ -73,8 +75,19 @@ class LiveSourceError(InputError):
     """The metrics server could not be reached, refused a query, or answered nonsense."""
 
 
+class NotPlannableError(InputError):
+    """`kvdiag plan`: the incident holds no traffic to replay, or no pool to replay it on."""
+
+
 class LiveUsageError(KvdiagError):
     """The live source was asked for in a way that cannot work (bad URL, window, selector)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class PlanFlagError(KvdiagError):
+    """`kvdiag plan`: a flag the incident's engine does not take, or one the scheduler model
+    does not use (planning with it would silently ignore it)."""
 
     exit_code = ExitCode.USAGE
 

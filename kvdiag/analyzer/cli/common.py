@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import errno
+import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -10,6 +13,7 @@ import click
 from kvdiag.analyzer.atomic import write_atomic
 from kvdiag.analyzer.cli.failure import exit_with
 from kvdiag.analyzer.errors import NoSpaceError
+from kvdiag.reports import OutputFormat
 
 
 def csv_values(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -41,3 +45,40 @@ def write_report(output: Path, text: str, db_path: Path | None) -> None:
             raise
         kept = f"; the database is complete at {db_path}" if db_path else ""
         exit_with(NoSpaceError(f"{output}: its disk is full, no report written{kept}"))
+
+
+def deliver(
+    render: Callable[[OutputFormat, bool], str],
+    fmt: str,
+    output: Path | None,
+    color: bool | None,
+    said: str | None,
+) -> None:
+    """Render in the format asked and print it, or write it whole to `output` (then say
+    `said` on stderr, unless None). Colour only for the terminal format on a TTY without
+    NO_COLOR, unless --color/--no-color says otherwise."""
+    out_fmt = OutputFormat(fmt)
+    use_color = (
+        color
+        if color is not None
+        else (output is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    )
+    text = render(out_fmt, bool(use_color and out_fmt is OutputFormat.TEXT))
+    if output is not None:
+        write_report(output, text, None)
+        if said is not None:
+            click.echo(said, err=True)
+    else:
+        click.echo(text, nl=False, color=bool(use_color))
+
+
+def side_path(value: str) -> Path:
+    """A path, or `example:NAME` for a bundled example incident."""
+    from kvdiag.analyzer.cli.examples import EXAMPLES, example_path
+
+    if value.startswith("example:"):
+        name = value.removeprefix("example:")
+        if name not in EXAMPLES:
+            raise click.BadParameter(f"no bundled example {name!r} (see `kvdiag examples`)")
+        return example_path(name)
+    return Path(value)

@@ -3,14 +3,12 @@ kvdiag/compare."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import click
 
-from kvdiag.analyzer.cli.common import csv_values, parse_thresholds, write_report
-from kvdiag.analyzer.cli.examples import EXAMPLES, example_path
+from kvdiag.analyzer.cli.common import csv_values, deliver, parse_thresholds, side_path
 from kvdiag.analyzer.cli.failure import exit_with
 from kvdiag.analyzer.errors import KvdiagError
 from kvdiag.analyzer.exitcodes import ExitCode
@@ -30,16 +28,6 @@ COMPARE_EPILOG = (
     "  5  a disk kvdiag writes to is full\n"
     "  130  interrupted (Ctrl-C); nothing was written"
 )
-
-
-def _side(value: str) -> Path:
-    """A path, or `example:NAME` for a bundled example incident."""
-    if value.startswith("example:"):
-        name = value.removeprefix("example:")
-        if name not in EXAMPLES:
-            raise click.BadParameter(f"no bundled example {name!r} (see `kvdiag examples`)")
-        return example_path(name)
-    return Path(value)
 
 
 @click.command("compare", epilog=COMPARE_EPILOG)
@@ -107,7 +95,7 @@ def compare_cmd(
     from kvdiag.compare import compare_paths
     from kvdiag.reports.compare_render import render_compare
 
-    sides = [_side(before), _side(after)]
+    sides = [side_path(before), side_path(after)]
     opts = AnalyzeOptions(
         incident=sides[0],
         year=year,
@@ -125,19 +113,8 @@ def compare_cmd(
     finally:
         if progress is not None:
             progress.clear()
-    out_fmt = OutputFormat(fmt)
-    use_color = (
-        color
-        if color is not None
-        else (output is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
-    )
-    text = render_compare(result, out_fmt, color=bool(use_color and out_fmt is OutputFormat.TEXT))
-    if output is not None:
-        write_report(output, text, None)
-        if not quiet:
-            click.echo(f"wrote {output}: {result.outcome.value}", err=True)
-    else:
-        click.echo(text, nl=False, color=bool(use_color))
+    said = None if quiet else f"wrote {output}: {result.outcome.value}"
+    deliver(lambda f, c: render_compare(result, f, color=c), fmt, output, color, said)
     threshold = _FAIL_ON[fail_on]
     failed = threshold is not None and result.outcome.rank >= threshold
     sys.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))

@@ -20,6 +20,7 @@ from kvdiag.analyzer.cli.examples import EXAMPLES, example_path
 from kvdiag.analyzer.cli.failure import exit_with
 from kvdiag.analyzer.cli.formats import formats_cmd
 from kvdiag.analyzer.cli.live import LiveSource, live_folder, live_options
+from kvdiag.analyzer.cli.plan import plan_cmd
 from kvdiag.analyzer.diagnosis import Diagnosis, Severity
 from kvdiag.analyzer.errors import KvdiagError
 from kvdiag.analyzer.exitcodes import ExitCode, exit_code_table
@@ -64,6 +65,9 @@ def cli() -> None:
     /metrics scrapes, nvidia-smi, launch flags, the model's config.json). It reconciles the
     pool with the card, the payload with the percentage and the peak demand with the pool,
     and names the incident class with evidence (file:line) and priced remedies.
+    Then `kvdiag compare BEFORE AFTER` says whether a change fixed it at the same load, and
+    `kvdiag plan INCIDENT -- FLAGS` what the same traffic would do under another
+    configuration.
     """
 
 
@@ -222,6 +226,7 @@ cli.add_command(analyze_cmd, name="analyze")
 
 cli.add_command(collect_cmd)
 cli.add_command(compare_cmd)
+cli.add_command(plan_cmd)
 
 
 @cli.command()
