@@ -9,8 +9,8 @@ import polars as pl
 
 from kvdiag.analyzer.diagnosis import InputProblem
 from kvdiag.analyzer.discovery.discover import classify_file
-from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
+from kvdiag.analyzer.ingest.registry import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.text.lines import read_head
 
 

@@ -13,8 +13,8 @@ import polars as pl
 
 from kvdiag.analyzer.diagnosis import InputProblem
 from kvdiag.analyzer.discovery.discover import discover
-from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import Account, IngestContext, TableBatch
+from kvdiag.analyzer.ingest.registry import INGESTERS_BY_KIND
 from tests.conftest import FIXTURES
 
 # The HELP and TYPE lines of a gauge the alias table knows, to put samples under.

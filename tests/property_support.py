@@ -18,8 +18,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from kvdiag.analyzer.diagnosis import InputProblem
-from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
+from kvdiag.analyzer.ingest.registry import INGESTERS_BY_KIND
 from kvdiag.analyzer.store.database import Store
 
 SCRATCH = Path(tempfile.mkdtemp(prefix="kvdiag-properties-"))

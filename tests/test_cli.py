@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -153,3 +155,20 @@ def test_bundled_examples_run_from_a_source_checkout() -> None:
         "compare", "example:vllm-b-saturation", "example:vllm-b2-saturation-larger-pool", "-q"
     )
     assert pair.exit_code == 0 and "improved" in pair.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--version",), ("--help",), ("analyze", "--help"), ("compare", "--help"), ("plan", "--help")],
+)
+def test_version_and_help_load_neither_polars_nor_duckdb(args: tuple[str, ...]) -> None:
+    """What a first command costs is mostly imports: printing the version or the help must
+    not load the analysis' libraries (a fresh interpreter, so nothing is loaded already)."""
+    code = (
+        "import sys; from kvdiag.analyzer.cli.main import main\n"
+        f"try:\n    main({list(args)!r})\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('polars', 'duckdb', 'jinja2', 'pyarrow') if m in sys.modules]\n"
+        "print('LOADED', heavy)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "LOADED []" in done.stdout, done.stdout[-300:]

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from kvdiag.analyzer.diagnosis import Finding, IncidentClass, ReplicaVerdict, Severity
-from kvdiag.analyzer.ingest import INGESTERS
 from kvdiag.analyzer.ingest.base import Emit, IngestContext, Ingester, InputUnit
 from kvdiag.analyzer.ingest.logs import vllm as vllm_module
+from kvdiag.analyzer.ingest.registry import INGESTERS
 from kvdiag.analyzer.verdict import classify, fleet
 from kvdiag.reports import OutputFormat
 from kvdiag.rules import RULES

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from kvdiag.analyzer import facts
-from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import IngestContext, InputUnit, TableBatch
+from kvdiag.analyzer.ingest.registry import INGESTERS_BY_KIND
 from kvdiag.analyzer.store.database import Store
 from kvdiag.domain.ledger import budget, unattributed
 from kvdiag.rules.base import RuleContext

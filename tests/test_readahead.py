@@ -11,9 +11,9 @@ import polars as pl
 import pytest
 
 from kvdiag.analyzer.discovery.discover import discover
-from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.readahead import ReadAhead
+from kvdiag.analyzer.ingest.registry import INGESTERS_BY_KIND
 from tests.conftest import FIXTURES
 
 INCIDENT = FIXTURES / "gpu-shrunken-pool-a100-case-study" / "incident"

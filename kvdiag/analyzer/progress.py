@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from kvdiag.analyzer.ingest.base import InputUnit
+if TYPE_CHECKING:
+    from kvdiag.analyzer.ingest.base import InputUnit
 
 # Phases after ingestion, in the order the pipeline reaches them.
 CHECKING = "checking the evidence and running the rules"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from kvdiag.analyzer import facts
-from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import IngestContext, InputUnit, TableBatch
+from kvdiag.analyzer.ingest.registry import INGESTERS_BY_KIND
 from kvdiag.analyzer.store.database import Store
 from kvdiag.domain.units import GIB, KIB
 from kvdiag.rules.base import RuleContext

@@ -5,15 +5,19 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from kvdiag.analyzer.live.collect import CollectPlan, CollectResult, collect, parse_duration
+if TYPE_CHECKING:  # urllib and subprocess: only when collecting
+    from kvdiag.analyzer.live.collect import CollectResult
 
 TOKEN_ENV = "KVDIAG_BEARER_TOKEN"
 
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    from kvdiag.analyzer.live.durations import parse_duration
+
     try:
         return parse_duration(value)
     except ValueError as exc:
@@ -67,6 +71,8 @@ def collect_cmd(
     The folder analyses like any other: kvdiag analyze OUT
     Ctrl-C stops early and keeps what was collected.
     """
+    from kvdiag.analyzer.live.collect import CollectPlan, collect
+
     if interval <= 0 or duration <= 0:
         raise click.BadParameter("duration and interval must be positive")
     plan = CollectPlan(

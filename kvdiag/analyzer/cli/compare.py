@@ -13,7 +13,6 @@ from kvdiag.analyzer.cli.failure import exit_with
 from kvdiag.analyzer.errors import KvdiagError
 from kvdiag.analyzer.exitcodes import ExitCode
 from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.progress import TerminalProgress
 from kvdiag.reports import OutputFormat
 
 # --fail-on: the least bad outcome that exits 1 (None: never).
@@ -92,6 +91,7 @@ def compare_cmd(
       kvdiag compare ./before/ ./after/ -f html -o compare.html
       kvdiag compare before.duckdb ./after/ --format json
     """
+    from kvdiag.analyzer.progress import TerminalProgress
     from kvdiag.compare import compare_paths
     from kvdiag.reports.compare_render import render_compare
 

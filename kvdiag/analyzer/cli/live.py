@@ -17,22 +17,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from kvdiag.analyzer.cli.failure import exit_with
 from kvdiag.analyzer.errors import KvdiagError, LiveUsageError
-from kvdiag.analyzer.live.client import (
-    PASSWORD_ENV,
-    TENANT_ENV,
-    TOKEN_ENV,
-    USER_ENV,
-    auth_from,
-)
-from kvdiag.analyzer.live.collect import parse_duration
-from kvdiag.analyzer.live.fetch import LiveRequest, fetch
-from kvdiag.analyzer.live.promql import selector_matchers
+from kvdiag.analyzer.live.durations import parse_duration
+from kvdiag.analyzer.live.secrets_env import PASSWORD_ENV, TENANT_ENV, TOKEN_ENV, USER_ENV
+
+if TYPE_CHECKING:  # the fetch loads polars: only when a fetch is asked for
+    from kvdiag.analyzer.live.fetch import LiveRequest
 
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 
@@ -169,6 +164,10 @@ def _source(given: dict[str, Any], quiet: bool) -> LiveSource | None:
         if given["save_to"] is not None:
             raise click.UsageError("--save-to goes with --prometheus")
         return None
+    from kvdiag.analyzer.live.client import auth_from
+    from kvdiag.analyzer.live.fetch import LiveRequest
+    from kvdiag.analyzer.live.promql import selector_matchers
+
     since, until = _window(given["since"], given["until"])
     try:
         matchers = selector_matchers(given["selector"])
@@ -195,6 +194,8 @@ def live_folder(source: LiveSource) -> Iterator[Path]:
 
 
 def _fetch(source: LiveSource, out: Path) -> None:
+    from kvdiag.analyzer.live.fetch import fetch
+
     show = not source.quiet and sys.stderr.isatty()
 
     def progress(i: int, n: int, name: str) -> None:

@@ -9,6 +9,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -25,11 +26,10 @@ from kvdiag.analyzer.diagnosis import Diagnosis, Severity
 from kvdiag.analyzer.errors import KvdiagError
 from kvdiag.analyzer.exitcodes import ExitCode, exit_code_table
 from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
-from kvdiag.analyzer.progress import TerminalProgress
-from kvdiag.analyzer.schema import TABLES
-from kvdiag.reports import OutputFormat, render
-from kvdiag.rules import RULES, get_rule
+from kvdiag.reports import OutputFormat
+
+if TYPE_CHECKING:  # the analysis loads polars and DuckDB: only when a command runs
+    from kvdiag.analyzer.progress import TerminalProgress
 
 EPILOG = "\b\nExit codes:\n" + exit_code_table()
 _FAIL_ON = {
@@ -42,6 +42,8 @@ _FAIL_ON = {
 
 def _terminal_progress(quiet: bool) -> TerminalProgress | None:
     """Progress on stderr when it is a terminal (never into a pipe or a log file)."""
+    from kvdiag.analyzer.progress import TerminalProgress
+
     if quiet or not sys.stderr.isatty():
         return None
     return TerminalProgress(lambda text: click.echo(text, nl=False, err=True))
@@ -185,6 +187,9 @@ def analyze_cmd(
             label=example or (live.label if live else None),
             model_config=model_config,
         )
+        from kvdiag.analyzer.pipeline import analyze
+        from kvdiag.reports import render
+
         progress = _terminal_progress(quiet)
         try:
             result = analyze(opts, progress)
@@ -242,6 +247,8 @@ def examples() -> None:
 )
 def rules(fmt: str) -> None:
     """List every rule: code, name, layer, what it needs, its thresholds."""
+    from kvdiag.rules import RULES
+
     if fmt == "json":
         import json
 
@@ -279,6 +286,8 @@ def rules(fmt: str) -> None:
 @click.argument("code")
 def explain(code: str) -> None:
     """Explain one rule (code or name): what it checks, what it needs, its thresholds."""
+    from kvdiag.rules import get_rule
+
     try:
         rule = get_rule(code.strip())
     except KeyError as exc:
@@ -300,6 +309,8 @@ def explain(code: str) -> None:
 @cli.command()
 def tables() -> None:
     """Describe the tables of the database that `analyze --db PATH` keeps."""
+    from kvdiag.analyzer.schema import TABLES
+
     for t in TABLES:
         click.echo(f"{t.name}: {t.doc}")
         for c in t.columns:

@@ -17,9 +17,9 @@ from pathlib import Path
 from kvdiag.analyzer.diagnosis import InputRecord
 from kvdiag.analyzer.discovery import archive
 from kvdiag.analyzer.discovery.prefetch import HeadPrefetch
-from kvdiag.analyzer.ingest import INGESTERS
 from kvdiag.analyzer.ingest.base import FileList, Ingester, InputUnit
 from kvdiag.analyzer.ingest.packed import PackedStrings
+from kvdiag.analyzer.ingest.registry import INGESTERS
 from kvdiag.analyzer.ingest.text.lines import read_head
 from kvdiag.analyzer.ingest.text.source import GZIP_MAGIC
 

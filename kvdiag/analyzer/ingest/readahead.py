@@ -16,8 +16,8 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 
-from kvdiag.analyzer.ingest import INGESTERS_BY_KIND
 from kvdiag.analyzer.ingest.base import Emit, IngestContext, InputUnit
+from kvdiag.analyzer.ingest.registry import INGESTERS_BY_KIND
 
 _Read = tuple[list[Emit], Exception | None]
 

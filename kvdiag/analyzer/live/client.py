@@ -21,11 +21,7 @@ from typing import Any
 
 from kvdiag.analyzer.errors import LiveSourceError, LiveUsageError
 from kvdiag.analyzer.ingest.metrics.api_pairs import split_pairs
-
-TOKEN_ENV = "KVDIAG_PROMETHEUS_TOKEN"
-USER_ENV = "KVDIAG_PROMETHEUS_USER"
-PASSWORD_ENV = "KVDIAG_PROMETHEUS_PASSWORD"
-TENANT_ENV = "KVDIAG_PROMETHEUS_TENANT"  # Mimir / Cortex / Thanos receive: X-Scope-OrgID
+from kvdiag.analyzer.live.secrets_env import PASSWORD_ENV, TENANT_ENV, TOKEN_ENV, USER_ENV
 
 
 @dataclass(frozen=True, slots=True)

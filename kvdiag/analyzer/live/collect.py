@@ -11,7 +11,6 @@ keeps everything collected so far and nothing half-written.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import time
@@ -25,18 +24,8 @@ from typing import Any
 from kvdiag import __version__
 from kvdiag.analyzer.atomic import write_atomic
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 GPU_QUERY = "index,uuid,name,memory.total,memory.used,memory.free,memory.reserved,utilization.gpu"
 APPS_QUERY = "gpu_uuid,pid,process_name,used_memory"
-
-
-def parse_duration(text: str) -> float:
-    """'10m' -> 600.0, '5s', '500ms', '1h'; a bare number is seconds."""
-    m = _DURATION.match(text.strip())
-    if m is None:
-        raise ValueError(f"{text!r} is not a duration like 30s, 10m, 1h or 500ms")
-    return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
 
 
 @dataclass(frozen=True, slots=True)
