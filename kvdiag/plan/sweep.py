@@ -57,7 +57,7 @@ def _grid(base: Setup, engine: str) -> list[Candidate]:
     words: list[tuple[str, str, str]] = []
     if base.pool_bytes is not None:
         for k in (2, 4):
-            words.append((f"pool x{k}", "--kv-cache-memory-bytes", str(int(base.pool_bytes * k))))
+            words.append((f"pool x{k}", "--kv-cache-memory-bytes", _size(base.pool_bytes * k)))
     words.append(("half the sequence cap", "--max-num-seqs", str(max(1, base.max_num_seqs // 2))))
     words.append(("twice the sequence cap", "--max-num-seqs", str(base.max_num_seqs * 2)))
     words.append(("twice the step budget", "--max-num-batched-tokens", str(base.budget * 2)))
@@ -72,16 +72,26 @@ def _grid(base: Setup, engine: str) -> list[Candidate]:
     return out
 
 
+def _size(n: float) -> str:
+    """Bytes as a flag takes them: "34M" when a whole number of MiB, else the bytes."""
+    mib = n / 2**20
+    return f"{int(mib)}M" if mib == int(mib) else str(int(n))
+
+
 def clears(p: Outcome) -> bool:
     return (p.queue_time_p95_s or 0.0) < CLEAR_QUEUE_S and not p.preemptions and not p.rejections
 
 
 def ordered(scenarios: Iterable[Scenario]) -> list[Scenario]:
-    """Those that clear the queue first, cheapest (least KV, fewest sequences) first."""
-    return sorted(
-        scenarios,
-        key=lambda s: (not s.clears_queue, s.predicted.pool_tokens or 0, s.name),
-    )
+    """Those that clear the queue first, the least KV memory first; then the others, the
+    shortest predicted queue time first (the closest to clearing it)."""
+
+    def key(s: Scenario) -> tuple[bool, float, float, str]:
+        pool = float(s.predicted.pool_tokens or 0)
+        queue = s.predicted.queue_time_p95_s or 0.0
+        return (not s.clears_queue, pool if s.clears_queue else queue, pool, s.name)
+
+    return sorted(scenarios, key=key)
 
 
 def ranges(

@@ -26,7 +26,7 @@ def render_plan_text(plan: Plan, *, color: bool = False) -> str:
     ]
     for i, s in enumerate(plan.scenarios, 1):
         mark = paint("clears the queue", "green") if s.clears_queue else "queue remains"
-        lines.append(f"  {i}. {one_line(s.name)}: {one_line(pv.flags_text(s))} — {mark}")
+        lines.append(f"  {i}. {one_line(pv.scenario_title(s))} — {mark}")
         if s.note:
             lines.append(f"     {one_line(s.note)}")
     header = f"    {'':<42}{'OBSERVED':>17}{'BASELINE':>17}{'ERROR':>18}"

@@ -60,6 +60,12 @@ def flags_text(s: Scenario) -> str:
     return " ".join(f"{k} {v}".strip() for k, v in s.flags.items())
 
 
+def scenario_title(s: Scenario) -> str:
+    """The scenario's name, and its flags unless the name already spells them."""
+    flags = flags_text(s)
+    return s.name if flags in s.name else f"{s.name}: {flags}"
+
+
 def load_sentence(plan: Plan) -> str:
     load = plan.load
     how = "a closed loop" if load.closed_loop else "open arrivals"
