@@ -31,6 +31,15 @@ KNOWN_MISSES = {
         "at the edge of a full pool: observed 2 preemptions at 100 % usage with 16 running; "
         "the replay peaks at 98.4 % with 14 running and preempts none"
     ),
+    "vllm-j-queue-cap-rejects": (
+        "queue time p95 0.9 s replayed against under 0.3 s observed (the same as d3: requests "
+        "arriving during a prefill step wait for it); the 72 refusals replay as 70"
+    ),
+    "vllm-k-long-among-short": (
+        "3,000-token prompts among short ones: the step model has no cost that grows with a "
+        "prompt's length (CPU attention), so the long prefills that held the queue replay "
+        "far shorter: 3 waiting against 15, queue p95 0.96 s against 18.6 s"
+    ),
     "vllm-d3-rate-1x-pool-doubled": (
         "queue time p95 0.71 s replayed against under 0.3 s observed: requests arriving during "
         "a prefill step of a 800-token prompt (0.7 s at the fitted rate) wait for it"

@@ -44,14 +44,24 @@ def traffic(reader: StoreReader, seed: int = DEFAULT_SEED) -> Traffic:
     hit = _hit_rate(reader)
     rows = reader.sql(
         "SELECT send_ts, end_ts, prompt_tokens, completion_tokens, max_tokens "
-        "FROM client_requests WHERE send_ts IS NOT NULL AND prompt_tokens IS NOT NULL "
+        "FROM client_requests WHERE send_ts IS NOT NULL "
         "ORDER BY send_ts, source_path, source_line"
     ).to_dicts()
-    if rows:
+    if any(r["prompt_tokens"] is not None for r in rows):
+        rows = _lengths_filled(rows)
         requests, chained = _from_client(rows, hit)
         return Traffic(requests, CLIENT, None, chained, hit)
     drawn = _from_counters(reader, seed, hit)
     return Traffic(drawn, COUNTERS if drawn else "", seed if drawn else None, False, hit)
+
+
+def _lengths_filled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A request the server turned away (HTTP 503) was sent all the same, but no server
+    counted its prompt: it is replayed with the median prompt of those counted (its
+    max_tokens as its output), so that a plan with room for it admits it."""
+    known = sorted(int(r["prompt_tokens"]) for r in rows if r["prompt_tokens"] is not None)
+    median = known[len(known) // 2]
+    return [r if r["prompt_tokens"] is not None else {**r, "prompt_tokens": median} for r in rows]
 
 
 def _hit_rate(reader: StoreReader) -> float:

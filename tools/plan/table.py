@@ -43,7 +43,9 @@ RUNS = (
     "vllm-h2-padding-block32",
     "vllm-i-ramp",
     "vllm-i2-ramp-pool-doubled",
+    "vllm-j-queue-cap-rejects",
     "vllm-j3-rejections-full-pool",
+    "vllm-k-long-among-short",
 )
 # (BEFORE, flags, AFTER): the plan from BEFORE predicts AFTER.
 PAIRS: tuple[tuple[str, tuple[str, ...], str], ...] = (
