@@ -16,6 +16,7 @@ from kvdiag.rules.support.load_picture import (
     usage_evidence,
     waiting_evidence,
 )
+from kvdiag.rules.support.prefill_rate import steady_prefill
 from kvdiag.rules.support.queries import col_max, gauge
 from kvdiag.rules.support.queue_cap import CapReading, pool_during, read_caps
 from kvdiag.rules.support.rejections import Rejections, rejecting_replicas, rejections
@@ -292,19 +293,10 @@ def _prefill_bound(
         where += " AND replica = ?"
         params.append(scope)
     lines = ctx.sql(f"SELECT * FROM log_stats WHERE {where} ORDER BY ts, source_line", params)
-    if lines.height < 3:
+    found = _plateau_in_lines(ctx, lines) or _steady_counter(ctx, ep, scope)
+    if found is None:
         return None
-    top = col_max(lines, "prompt_tps")
-    gen = col_max(lines, "gen_tps")
-    near = lines.filter(pl.col("prompt_tps") >= top * (1 - ctx.threshold("plateau")))
-    share = top / (top + gen) if top + gen else 0.0
-    if top <= 0 or share < ctx.threshold("prompt_share") or near.height * 2 < lines.height:
-        return None
-    text = (
-        f"prompt throughput on a plateau at {top:,.0f} tokens/s ({near.height} of {lines.height} "
-        f"stats lines within {ctx.threshold('plateau'):.0%} of it) against {gen:,.1f} tokens/s "
-        "generated: the per-step token budget is spent on prefill"
-    )
+    top, text, evidence = found
     words = vocabulary(ctx, scope)
     remedies = [
         Remedy(
@@ -323,7 +315,41 @@ def _prefill_bound(
                 f"halving it doubles the {rate:.2f} requests/s this engine admits",
             )
         )
-    row = near.row(0, named=True)
-    return _Limiter(
-        "prefill-bound", text, [ctx.evidence(row, "prompt_tps", row["prompt_tps"])], remedies
+    return _Limiter("prefill-bound", text, [evidence], remedies)
+
+
+def _plateau_in_lines(ctx: RuleContext, lines: pl.DataFrame) -> tuple[float, str, Evidence] | None:
+    """Most stats lines of the queue within `plateau` of the top prompt throughput."""
+    if lines.height < 3:
+        return None
+    top = col_max(lines, "prompt_tps")
+    gen = col_max(lines, "gen_tps")
+    near = lines.filter(pl.col("prompt_tps") >= top * (1 - ctx.threshold("plateau")))
+    share = top / (top + gen) if top + gen else 0.0
+    if top <= 0 or share < ctx.threshold("prompt_share") or near.height * 2 < lines.height:
+        return None
+    text = (
+        f"prompt throughput on a plateau at {top:,.0f} tokens/s ({near.height} of {lines.height} "
+        f"stats lines within {ctx.threshold('plateau'):.0%} of it) against {gen:,.1f} tokens/s "
+        "generated: the per-step token budget is spent on prefill"
     )
+    row = near.row(0, named=True)
+    return top, text, ctx.evidence(row, "prompt_tps", row["prompt_tps"])
+
+
+def _steady_counter(
+    ctx: RuleContext, ep: Episode, scope: str | None
+) -> tuple[float, str, Evidence] | None:
+    """The prompt-token counter rising on a straight line through the queue."""
+    steady = steady_prefill(ctx, ep.start, ep.end, scope)
+    if steady is None:
+        return None
+    rate, gen = steady.prompt_tps, steady.gen_tps
+    if rate / (rate + gen) < ctx.threshold("prompt_share"):
+        return None
+    text = (
+        f"prompt tokens went in at a steady {rate:,.0f} tokens/s while requests waited "
+        f"({steady.samples} counter scrapes on a straight line, r² {steady.r2:.2f}) against "
+        f"{gen:,.1f} tokens/s generated: the per-step token budget is spent on prefill"
+    )
+    return rate, text, ctx.evidence(steady.row, "prompt_tokens_rate", round(rate, 1))
