@@ -16,9 +16,9 @@ from kvdiag.analyzer.live.collect import (
     CollectPlan,
     CollectResult,
     collect,
-    parse_duration,
     scrape_once,
 )
+from kvdiag.analyzer.live.durations import parse_duration
 from tests.conftest import FIXTURES, analyze_json, run_cli
 
 RECORDED = FIXTURES / "vllm-b-saturation" / "incident"
