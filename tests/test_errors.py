@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer import errors
+from kvdiag import rules
+from kvdiag.analyzer import errors, pipeline
 from kvdiag.analyzer.cli import main as cli_main
 from kvdiag.analyzer.discovery import archive
 from kvdiag.analyzer.errors import ArchiveLimitError, InputError, KvdiagError
@@ -85,12 +86,13 @@ def test_every_error_ends_the_run_with_its_documented_code_and_message(
     def fail(*args: object) -> None:
         raise error("it broke \x1b]0;title\x07here")  # a message quoting hostile input
 
-    # Raised during `analyze`, which reports it itself ...
-    monkeypatch.setattr(cli_main, "analyze", fail)
+    # Raised during `analyze`, which reports it itself (the command imports the pipeline
+    # when it runs, so the pipeline's own name is the one to replace) ...
+    monkeypatch.setattr(pipeline, "analyze", fail)
     result = run_cli("analyze", str(SATURATION))
     assert (result.exit_code, result.stderr) == (error.exit_code, "kvdiag: it broke here\n")
     # ... and by a command that does not: main() reports it the same way.
-    monkeypatch.setattr(cli_main, "get_rule", fail)
+    monkeypatch.setattr(rules, "get_rule", fail)
     with pytest.raises(SystemExit) as exited:
         cli_main.main(["explain", "KV301"])
     assert exited.value.code == error.exit_code
@@ -106,7 +108,7 @@ def test_a_domain_error_that_escapes_its_caller_is_an_internal_error(
     def fail(*args: object) -> None:
         raise error("no size for it")
 
-    monkeypatch.setattr(cli_main, "analyze", fail)
+    monkeypatch.setattr(pipeline, "analyze", fail)
     with pytest.raises(SystemExit) as exited:
         cli_main.main(["analyze", str(SATURATION)])
     assert exited.value.code == ExitCode.INTERNAL
