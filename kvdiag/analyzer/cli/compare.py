@@ -10,6 +10,7 @@ import click
 
 from kvdiag.analyzer.cli.common import csv_values, deliver, parse_thresholds, side_path
 from kvdiag.analyzer.cli.failure import exit_with
+from kvdiag.analyzer.cli.redact import redact_options, redacted_inputs
 from kvdiag.analyzer.errors import KvdiagError
 from kvdiag.analyzer.exitcodes import ExitCode
 from kvdiag.analyzer.options import AnalyzeOptions
@@ -62,6 +63,7 @@ COMPARE_EPILOG = (
 )
 @click.option("--color/--no-color", default=None, help="Colour the terminal report.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or summary on stderr.")
+@redact_options
 def compare_cmd(
     before: str,
     after: str,
@@ -74,6 +76,9 @@ def compare_cmd(
     thresholds: tuple[str, ...],
     color: bool | None,
     quiet: bool,
+    redact: bool,
+    keep: tuple[str, ...],
+    redact_map: Path | None,
 ) -> None:
     """Did the change work? Compare two runs of the same service, BEFORE and AFTER a change.
 
@@ -90,24 +95,47 @@ def compare_cmd(
       kvdiag compare example:vllm-b-saturation example:vllm-b2-saturation-larger-pool
       kvdiag compare ./before/ ./after/ -f html -o compare.html
       kvdiag compare before.duckdb ./after/ --format json
+      kvdiag compare ./before/ ./after/ --redact -f html -o compare.html
     """
-    from kvdiag.analyzer.progress import TerminalProgress
-    from kvdiag.compare import compare_paths
-    from kvdiag.reports.compare_render import render_compare
+    from kvdiag.compare.sides import is_kept_database
 
-    sides = [side_path(before), side_path(after)]
+    given = [side_path(before), side_path(after)]
+    if redact and any(p.is_file() and is_kept_database(p) for p in given):
+        raise click.UsageError("--redact needs the incidents themselves, not kept databases")
     opts = AnalyzeOptions(
-        incident=sides[0],
+        incident=given[0],
         year=year,
         select=csv_values(select),
         ignore=csv_values(ignore),
         thresholds=parse_thresholds(thresholds),
     )
+    with redacted_inputs(given, redact, keep, redact_map, output) as (sides, labels):
+        label_pair = (labels[0], labels[1]) if labels else (before, after)
+        outcome_rank = _compare(sides, label_pair, opts, fmt, output, color, quiet)
+    threshold = _FAIL_ON[fail_on]
+    failed = threshold is not None and outcome_rank >= threshold
+    sys.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))
+
+
+def _compare(
+    sides: list[Path],
+    labels: tuple[str, str],
+    opts: AnalyzeOptions,
+    fmt: str,
+    output: Path | None,
+    color: bool | None,
+    quiet: bool,
+) -> int:
+    """Compare and deliver the report; the outcome's rank."""
+    from kvdiag.analyzer.progress import TerminalProgress
+    from kvdiag.compare import compare_paths
+    from kvdiag.reports.compare_render import render_compare
+
     progress = None
     if not quiet and sys.stderr.isatty():
         progress = TerminalProgress(lambda text: click.echo(text, nl=False, err=True))
     try:
-        result = compare_paths(sides[0], sides[1], opts, progress, labels=(before, after))
+        result = compare_paths(sides[0], sides[1], opts, progress, labels=labels)
     except KvdiagError as exc:
         exit_with(exc)
     finally:
@@ -115,6 +143,4 @@ def compare_cmd(
             progress.clear()
     said = None if quiet else f"wrote {output}: {result.outcome.value}"
     deliver(lambda f, c: render_compare(result, f, color=c), fmt, output, color, said)
-    threshold = _FAIL_ON[fail_on]
-    failed = threshold is not None and result.outcome.rank >= threshold
-    sys.exit(int(ExitCode.FINDINGS if failed else ExitCode.OK))
+    return result.outcome.rank

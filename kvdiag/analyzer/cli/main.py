@@ -9,7 +9,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import click
 
@@ -22,6 +22,7 @@ from kvdiag.analyzer.cli.failure import exit_with
 from kvdiag.analyzer.cli.formats import formats_cmd
 from kvdiag.analyzer.cli.live import LiveSource, live_folder, live_options
 from kvdiag.analyzer.cli.plan import plan_cmd
+from kvdiag.analyzer.cli.redact import redact_cmd, redact_options, redacted_inputs
 from kvdiag.analyzer.diagnosis import Diagnosis, Severity
 from kvdiag.analyzer.errors import KvdiagError
 from kvdiag.analyzer.exitcodes import ExitCode, exit_code_table
@@ -138,6 +139,7 @@ def cli() -> None:
     "--timings", is_flag=True, help="Print seconds per phase on stderr (timing PHASE SECONDS)."
 )
 @live_options
+@redact_options
 def analyze_cmd(
     incident: Path | None,
     example: str | None,
@@ -155,6 +157,9 @@ def analyze_cmd(
     verbose: bool,
     timings: bool,
     live: LiveSource | None,
+    redact: bool,
+    keep: tuple[str, ...],
+    redact_map: Path | None,
 ) -> None:
     """Analyse an incident folder (or archive, or single file) and print the diagnosis.
 
@@ -164,27 +169,29 @@ def analyze_cmd(
       kvdiag analyze ./incident/ --format json -o diagnosis.json
       kvdiag analyze --example vllm-b-saturation
       kvdiag analyze --prometheus http://prom:9090 --since 2h --selector '{job="vllm"}'
+      kvdiag analyze ./incident/ --redact -f html -o report.html
     """
     if sum(x is not None for x in (incident, example, live)) != 1:
         raise click.UsageError(
             "give an INCIDENT folder, --example NAME or --prometheus URL (one of them)"
         )
-    source = (
-        live_folder(live)
-        if live is not None
-        else contextlib.nullcontext(example_path(example) if example else incident)
+    local = example_path(example) if example else incident
+    source: contextlib.AbstractContextManager[Path] = (
+        live_folder(live) if live is not None else contextlib.nullcontext(cast(Path, local))
     )
-    with source as path:  # a fetched folder lives until the report is written
-        assert path is not None
+    with (
+        source as given,  # a fetched folder lives until the report is written
+        redacted_inputs([given], redact, keep, redact_map, output) as (paths, labels),
+    ):
         opts = AnalyzeOptions(
-            incident=path,
+            incident=paths[0],
             db=db,
             year=year,
             fail_on=_FAIL_ON[fail_on],
             select=csv_values(select),
             ignore=csv_values(ignore),
             thresholds=parse_thresholds(thresholds),
-            label=example or (live.label if live else None),
+            label=labels[0] if labels else example or (live.label if live else None),
             model_config=model_config,
         )
         from kvdiag.analyzer.pipeline import analyze
@@ -232,6 +239,7 @@ cli.add_command(analyze_cmd, name="analyze")
 cli.add_command(collect_cmd)
 cli.add_command(compare_cmd)
 cli.add_command(plan_cmd)
+cli.add_command(redact_cmd)
 
 
 @cli.command()

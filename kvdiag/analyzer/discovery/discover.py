@@ -27,6 +27,7 @@ DEFAULT_REPLICA = "default"
 # A first-level folder holding one of these is a replica (a scrape log is not a server).
 SERVER_LOG_KINDS = frozenset({"vllm_log", "sglang_log"})
 _HEAD_BYTES = 65536
+REDACTION_SUMMARY = "REDACTED.md"  # written by `kvdiag redact` into its bundles
 _PEEK_BYTES = 512  # enough for the archive test (tar's magic sits at byte 257)
 
 
@@ -121,7 +122,7 @@ def _files(
     """(file, relative name, first bytes) of every readable file, archives expanded.
 
     Only the first _PEEK_BYTES are read here: a series of thousands of scrapes needs no
-    more from most of its members (see _Series), and heads are not all held at once.
+    more from most of its members (see SeriesMembers), and heads are not all held at once.
     """
     base = root.parent if root.is_file() else root
     prefix = os.path.join(str(base), "")
@@ -157,7 +158,7 @@ def _files(
         yield entry, rel, peek
 
 
-class _Series:
+class SeriesMembers:
     """Members of a file series (`metrics/<unix_ts>.prom`) recognised from one member.
 
     Sniffing reads 64 KB and runs every ingester's patterns, minutes for a day of
@@ -214,6 +215,8 @@ def classify_file(rel: str, head: bytes) -> tuple[type[Ingester] | None, str]:
         return None, "binary content"
     text = _decode_head(head)
     name = rel.rpartition("/")[2]
+    if name == REDACTION_SUMMARY and text.startswith("# Redacted by kvdiag"):
+        return None, "kvdiag's account of a redaction (what was replaced), not evidence"
     scored = sorted(
         ((ing.sniff(name, text), i, ing) for i, ing in enumerate(INGESTERS)), reverse=True
     )
@@ -246,7 +249,7 @@ def discover(
         unpacked = archive.unpack(root, scratch)
         set_aside += unpacked.refused
         root = base = unpacked.root
-    series = _Series()
+    series = SeriesMembers()
     quotes: list[tuple[str, str, tuple[str, str, int]]] = []
     looked_at = 0
     for n, (entry, rel, peek) in enumerate(_files(root, scratch, set_aside), 1):
@@ -279,7 +282,7 @@ def discover(
 
 
 def _recognise(
-    path: str, rel: str, peek: bytes, series: _Series
+    path: str, rel: str, peek: bytes, series: SeriesMembers
 ) -> tuple[type[Ingester] | None, str, datetime | None, str, bool]:
     """(the file's ingester or None, why not, the time it gives, where that time is from,
     whether the file only quotes that kind's messages)."""
