@@ -10,10 +10,9 @@ needs the rest (times, counts, flags, metric names) exactly as they were.
 from __future__ import annotations
 
 import bisect
-import functools
 import ipaddress
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import polars as pl
 
@@ -37,6 +36,7 @@ PUBLIC_HOSTS = (
     "docker.io",
     "docker.com",
 )
+_MEMO_MAX = 100_000  # values remembered per pass, so that memory stays bounded
 _LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
@@ -47,11 +47,38 @@ class Resolver:
         self.names, self.keep, self.learning = names, keep, learning
         self.rel = ""
         self.learn_values = False  # the pattern at work marks what it finds for everywhere
+        # pattern -> whole match -> (what it became, the categories it counted): a client
+        # address recurs on thousands of access lines, and working it out is the costly part.
+        self._memo: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {}
+        self._assigned: list[str] = []
+
+    def swapper(self, pattern: Pattern) -> Callable[[re.Match[str]], str]:
+        """The `re.sub` callback of a pattern: each distinct match worked out once."""
+        memo = self._memo.setdefault(pattern.id, {})
+        count = self.names.count
+
+        def swap(m: re.Match[str]) -> str:
+            whole = m.group(0)
+            hit = memo.get(whole)
+            if hit is None:
+                self._assigned = []
+                new = replacement(pattern, m, self)
+                if len(memo) >= _MEMO_MAX:
+                    memo.clear()
+                memo[whole] = (new, tuple(self._assigned))
+                return new
+            if not self.learning:
+                for category in hit[1]:
+                    count(self.rel, category)
+            return hit[0]
+
+        return swap
 
     def assign(self, category: str, original: str) -> str | None:
         """The pseudonym, or None where the value stays (kept category, or no value)."""
         if category in self.keep or not is_value(original):
             return None
+        self._assigned.append(category)
         if self.learning:
             if self.learn_values:
                 self.names.learn(category, original)
@@ -197,6 +224,25 @@ def flagged(lines: list[str], patterns: tuple[Pattern, ...]) -> list[list[int]]:
     return [masks.get_column(str(i)).arg_true().to_list() if n else [] for i, n in enumerate(hits)]
 
 
+def _by_file(rows: list[int], ends: list[int]) -> Iterator[list[int]]:
+    """`rows` (sorted line numbers) split where a file ends (`ends`: each file's end)."""
+    if not ends:  # one text
+        if rows:
+            yield rows
+        return
+    group: list[int] = []
+    end = 0
+    for i in rows:
+        if group and i >= end:
+            yield group
+            group = []
+        if not group:
+            end = ends[bisect.bisect_right(ends, i)]
+        group.append(i)
+    if group:
+        yield group
+
+
 class Scrubber:
     """The catalogue's patterns, less the kept categories, over one incident's files."""
 
@@ -204,22 +250,38 @@ class Scrubber:
         self.names, self.keep = names, keep
         self.patterns = tuple(p for c in catalogue() if c.name not in keep for p in c.patterns)
         self._learner = Resolver(names, keep, learning=True)
+        # The first pass stops after the last pattern that learns: later ones cannot hide a
+        # value from it.
+        last = max((i for i, p in enumerate(self.patterns) if p.learn), default=-1)
+        self._to_learn = self.patterns[: last + 1]
         self._writer = Resolver(names, keep, learning=False)
 
     def learn(self, text: str) -> None:
         """First pass: remember the values found in context, write nothing. Every pattern
         runs, in order, as the second pass will: an address inside an e-mail is gone as an
         e-mail before host names are looked for, and must not be learned as a host."""
-        self._apply(unwrap(text.split("\n"))[0], self._learner, [], [])
+        self._apply(unwrap(text.split("\n"))[0], self._learner, [], [], self._to_learn)
 
-    def _apply(self, lines: list[str], r: Resolver, ends: list[int], rels: list[str]) -> None:
-        for p, rows in zip(self.patterns, flagged(lines, self.patterns), strict=True):
+    def _apply(
+        self,
+        lines: list[str],
+        r: Resolver,
+        ends: list[int],
+        rels: list[str],
+        patterns: tuple[Pattern, ...] | None = None,
+    ) -> None:
+        patterns = self.patterns if patterns is None else patterns
+        for p, rows in zip(patterns, flagged(lines, patterns), strict=True):
             r.learn_values = p.learn
-            swap = functools.partial(replacement, p, r=r)
-            for i in rows:
+            swap = r.swapper(p)
+            for group in _by_file(rows, ends):
                 if rels:
-                    r.rel = rels[bisect.bisect_right(ends, i)]
-                lines[i] = p.regex.sub(swap, lines[i])
+                    r.rel = rels[bisect.bisect_right(ends, group[0])]
+                # One call over a file's flagged lines joined, not one per line (the call
+                # cost as much as the search): no pattern matches across a line end.
+                done = p.regex.sub(swap, "\n".join(lines[i] for i in group)).split("\n")
+                for i, line in zip(group, done, strict=True):
+                    lines[i] = line
 
     def scrub(self, text: str, rel: str) -> str:
         """Second pass: every learned value, then every pattern, replaced in `text`."""

@@ -11,10 +11,9 @@ but the last keeps its width, and the last takes what is left.
 
 from __future__ import annotations
 
-from collections import Counter
-
 _MIN_FULL = 3  # lines at the widest length before a file counts as wrapped
 _WIDTHS = range(40, 513)  # terminal widths
+_SHARE = 50  # at least one line in this many at the widest length
 
 
 def wrap_width(lines: list[str]) -> int | None:
@@ -22,11 +21,12 @@ def wrap_width(lines: list[str]) -> int | None:
     several lines (an unwrapped log has one longest line, seldom three of one length)."""
     if len(lines) < _MIN_FULL:
         return None
-    widest = max(len(line) for line in lines)
-    if widest not in _WIDTHS:
-        return None
-    at = Counter(len(line) for line in lines if len(line) >= widest - 1)
-    return widest if at[widest] >= _MIN_FULL else None
+    lengths = list(map(len, lines))
+    widest = max(lengths)
+    # A replayed or repetitive log repeats its longest line too, but seldom: pieces of a
+    # wrapped log are a good share of its lines.
+    need = max(_MIN_FULL, len(lines) // _SHARE)
+    return widest if widest in _WIDTHS and lengths.count(widest) >= need else None
 
 
 def unwrap(lines: list[str]) -> tuple[list[str], list[list[int]] | None]:

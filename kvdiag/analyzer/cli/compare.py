@@ -109,7 +109,7 @@ def compare_cmd(
         ignore=csv_values(ignore),
         thresholds=parse_thresholds(thresholds),
     )
-    with redacted_inputs(given, redact, keep, redact_map, output) as (sides, labels):
+    with redacted_inputs(given, redact, keep, redact_map, output, quiet) as (sides, labels):
         label_pair = (labels[0], labels[1]) if labels else (before, after)
         outcome_rank = _compare(sides, label_pair, opts, fmt, output, color, quiet)
     threshold = _FAIL_ON[fail_on]

@@ -181,7 +181,7 @@ def analyze_cmd(
     )
     with (
         source as given,  # a fetched folder lives until the report is written
-        redacted_inputs([given], redact, keep, redact_map, output) as (paths, labels),
+        redacted_inputs([given], redact, keep, redact_map, output, quiet) as (paths, labels),
     ):
         opts = AnalyzeOptions(
             incident=paths[0],

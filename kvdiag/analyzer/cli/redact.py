@@ -120,6 +120,7 @@ def redacted_inputs(
     keep: tuple[str, ...],
     map_path: Path | None,
     output: Path | None,
+    quiet: bool = False,
 ) -> Iterator[tuple[list[Path], list[str] | None]]:
     """The inputs to analyse, redacted with one pseudonym table when asked; their labels."""
     if not redact:
@@ -141,6 +142,10 @@ def redacted_inputs(
         where = map_path or (default_map_path(output) if output is not None else None)
         if where is not None:
             names.write_map(where, ", ".join(str(p) for p in paths))
+        elif not quiet:
+            click.echo(
+                "kvdiag: no mapping back to the originals kept (--redact-map FILE)", err=True
+            )
         # The folders' own names are free text no pattern can vouch for: not shown.
         labels = (
             ["incident (redacted)"]
