@@ -130,8 +130,7 @@ class _Run:
     def learn(self, inputs: list[_Input]) -> None:
         done = 0
         for batch in _batches(inputs):
-            for item in batch:
-                self.scrubber.learn(item.rel)
+            self.scrubber.learn("\n".join(item.rel for item in batch))
             readable = [i for i in batch if not _withheld(_head(i), i)]
             if len(readable) == 1:
                 for block in _blocks(readable[0].path):
@@ -145,7 +144,8 @@ class _Run:
         outcomes: list[FileOutcome] = []
         used: set[str] = set()
         for batch in _batches(inputs):
-            names = [self._unique(self.scrubber.scrub(i.rel, _NAMES), used) for i in batch]
+            scrubbed = self.scrubber.scrub_many([i.rel for i in batch], [_NAMES] * len(batch))
+            names = [self._unique(name, used) for name in scrubbed]
             outcomes += self._batch(batch, names, out)
             self._tell("writing", len(outcomes), len(inputs))
         return outcomes

@@ -243,6 +243,25 @@ def _by_file(rows: list[int], ends: list[int]) -> Iterator[list[int]]:
         yield group
 
 
+def _sub_rows(
+    lines: list[str],
+    rows: list[int],
+    regex: re.Pattern[str],
+    swap: Callable[[re.Match[str]], str],
+    r: Resolver,
+    ends: list[int],
+    rels: list[str],
+) -> None:
+    """`regex.sub(swap)` on the given lines: one call over each file's lines joined, not one
+    per line (the call cost as much as the search). No pattern matches across a line end."""
+    for group in _by_file(rows, ends):
+        if rels:
+            r.rel = rels[bisect.bisect_right(ends, group[0])]
+        done = regex.sub(swap, "\n".join(lines[i] for i in group)).split("\n")
+        for i, line in zip(group, done, strict=True):
+            lines[i] = line
+
+
 class Scrubber:
     """The catalogue's patterns, less the kept categories, over one incident's files."""
 
@@ -273,15 +292,7 @@ class Scrubber:
         patterns = self.patterns if patterns is None else patterns
         for p, rows in zip(patterns, flagged(lines, patterns), strict=True):
             r.learn_values = p.learn
-            swap = r.swapper(p)
-            for group in _by_file(rows, ends):
-                if rels:
-                    r.rel = rels[bisect.bisect_right(ends, group[0])]
-                # One call over a file's flagged lines joined, not one per line (the call
-                # cost as much as the search): no pattern matches across a line end.
-                done = p.regex.sub(swap, "\n".join(lines[i] for i in group)).split("\n")
-                for i, line in zip(group, done, strict=True):
-                    lines[i] = line
+            _sub_rows(lines, rows, p.regex, r.swapper(p), r, ends, rels)
 
     def scrub(self, text: str, rel: str) -> str:
         """Second pass: every learned value, then every pattern, replaced in `text`."""
@@ -324,11 +335,19 @@ class Scrubber:
         alternation = "|".join(re.escape(v) for v in present)
         # Not inside a longer name (`a.acme.com` holds `acme.com`) or after an `@`: those
         # are the host and e-mail patterns' to replace whole.
-        literal = re.compile(rf"(?<![\w@.-])(?:{alternation})(?![\w])")
+        firsts = re.escape("".join(sorted({v[0] for v in present})))
+        literal = re.compile(rf"(?=[{firsts}])(?<![\w@.-])(?:{alternation})(?![\w])")
+
+        memo: dict[str, tuple[str, str]] = {}
 
         def swap(m: re.Match[str]) -> str:
-            return r.swap(self.names.learned[m.group(0)], m.group(0))
+            original = m.group(0)
+            hit = memo.get(original)
+            if hit is None:
+                category = self.names.learned[original]
+                hit = memo[original] = (r.swap(category, original), category)
+            else:
+                self.names.count(r.rel, hit[1])
+            return hit[0]
 
-        for i in rows:
-            r.rel = rels[bisect.bisect_right(ends, i)]
-            lines[i] = literal.sub(swap, lines[i])
+        _sub_rows(lines, rows, literal, swap, r, ends, rels)
