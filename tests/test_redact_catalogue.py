@@ -10,8 +10,9 @@ import pytest
 
 from kvdiag.analyzer.errors import FormatPackError
 from kvdiag.redact.catalogue import Pattern, catalogue, parse_catalogue
+from kvdiag.redact.handlers import Resolver, replacement
 from kvdiag.redact.pseudonyms import PSEUDONYM, Pseudonyms
-from kvdiag.redact.scrub import Resolver, Scrubber, replacement
+from kvdiag.redact.scrub import Scrubber
 
 PATTERNS = [pytest.param(p, id=f"{p.category}.{p.id}") for c in catalogue() for p in c.patterns]
 

@@ -3,6 +3,7 @@ withheld or copied, and the errors a user can make."""
 
 from __future__ import annotations
 
+import io
 import json
 import tarfile
 import zipfile
@@ -114,3 +115,19 @@ def test_keep_without_redact_is_a_usage_error() -> None:
     result = run_cli("analyze", str(SOURCE), "--keep", "model")
     assert result.exit_code == ExitCode.USAGE
     assert "--redact" in result.output
+
+
+def test_archive_members_analyze_would_refuse_are_withheld_and_listed(tmp_path: Path) -> None:
+    archive = tmp_path / "hostile.tar"
+    with tarfile.open(archive, "w") as tf:
+        tf.add(SOURCE / "server.log", arcname="server.log")
+        evil = tarfile.TarInfo("../../evil.txt")
+        payload = b"HF_TOKEN=hf_" + b"x" * 34 + b"\n"
+        evil.size = len(payload)
+        tf.addfile(evil, io.BytesIO(payload))
+    out = tmp_path / "out"
+    assert run_cli("redact", str(archive), "-o", str(out), "-q").exit_code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["REDACTED.md", "server.log"]
+    summary = (out / "REDACTED.md").read_text()
+    assert "## Withheld" in summary and "evil.txt" in summary
+    assert not (tmp_path / "evil.txt").exists()
