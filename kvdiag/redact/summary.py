@@ -13,6 +13,7 @@ from kvdiag.redact.bundle import Redaction
 from kvdiag.redact.catalogue import catalogue
 
 _MAX_FILES = 200  # per-file rows listed in REDACTED.md; the rest are summed in one line
+_TERMINAL_FILES = 5  # the files with the most replacements, on the terminal
 
 NOT_REMOVED = (
     "numbers, timestamps, durations, metric names and their numeric labels, engine messages, "
@@ -108,6 +109,12 @@ def terminal_summary(redaction: Redaction) -> list[str]:
     parts = [f"{c.name} {done[c.name]:,}" for c in catalogue() if done[c.name]]
     files = len([f for f in redaction.files if f.status != "withheld"])
     out = [f"redacted {files:,} files: " + (", ".join(parts) if parts else "nothing replaced")]
+    counts = redaction.names.counts
+    busiest = sorted(counts, key=lambda f: (-sum(counts[f].values()), f))[:_TERMINAL_FILES]
+    for f in busiest:
+        out.append(f"  {f}: " + ", ".join(f"{c} {n:,}" for c, n in sorted(counts[f].items())))
+    if len(counts) > len(busiest):
+        out.append(f"  and {len(counts) - len(busiest):,} more files (REDACTED.md lists them)")
     if redaction.keep:
         out.append("kept as asked: " + ", ".join(sorted(redaction.keep)))
     copied = [f.name for f in redaction.files if f.status == "copied"]
