@@ -25,26 +25,36 @@ def _stated(column: str) -> str:
     return f"coalesce(CAST({column} AS VARCHAR), 'None') NOT IN {_UNSTATED}"
 
 
-def _first_of(table: str, row_id: str, firsts: str, where: str = "true", also: str = "") -> str:
+def firsts_of(
+    table: str,
+    firsts: str,
+    where: str = "true",
+    *,
+    order: str = "source_path, source_line",
+    row_id: str = "rowid",
+    also: str = "",
+) -> str:
     """Every column (and `also`) of the rows of `table` meeting `where` for which `firsts`
-    holds. The window runs over the key columns and the rows are read by id after: over
-    every column DuckDB carried each row's text through the sort (0.7 s for 111,316 config
-    rows, 0.05 s so)."""
+    (a condition on windows, see `first`) holds, in `order`. The window runs over the key
+    columns and the rows are read by id after: over every column DuckDB carried each row's
+    text through the sort (0.7 s for 111,316 config rows, 0.05 s so)."""
     return (
         f"SELECT *{also} FROM {table} WHERE {where} AND {row_id} IN (SELECT _rid FROM "
         f"(SELECT *, {row_id} AS _rid FROM {table} WHERE {where}) QUALIFY {firsts}) "
-        "ORDER BY source_path, source_line"
+        f"ORDER BY {order}"
     )
 
 
-def _first(partition: str) -> str:
-    return f"row_number() OVER (PARTITION BY {partition} ORDER BY {_FIRST}) = 1"
+def first(partition: str, order: str = _FIRST) -> str:
+    """Whether a row is the first of its `partition` in `order` (a column `_rid`, the row's
+    id, may settle ties)."""
+    return f"row_number() OVER (PARTITION BY {partition} ORDER BY {order}) = 1"
 
 
 def first_config_rows() -> str:
     """The config table's first statement per replica, key, origin, engine and statedness
     (unstated ones are kept too: the keys a run names include them)."""
-    return _first_of("config", "rowid", _first(f"replica, key, origin, engine, {_stated('value')}"))
+    return firsts_of("config", first(f"replica, key, origin, engine, {_stated('value')}"))
 
 
 def first_gauge_rows(metrics: Iterable[str]) -> str:
@@ -52,12 +62,12 @@ def first_gauge_rows(metrics: Iterable[str]) -> str:
     table) per replica, with its value as a whole number (`_v`)."""
     names = ", ".join("'" + m.replace("'", "''") + "'" for m in metrics)
     whole = "CAST(CAST(value AS BIGINT) AS VARCHAR)"
-    return _first_of(
+    return firsts_of(
         "metric_samples",
-        "sample_row",
-        _first(f"replica, metric, {whole} IS NULL"),
+        first(f"replica, metric, {whole} IS NULL"),
         f"metric IN ({names}) AND suffix = ''",
-        f", {whole} AS _v",
+        row_id="sample_row",
+        also=f", {whole} AS _v",
     )
 
 
@@ -66,7 +76,7 @@ def first_engine_rows(columns: Iterable[str]) -> str:
     not) for their replica and engine; a kept row's other columns come along, later than
     their own first statement, so they never win."""
     firsts = [
-        f"({c} IS NOT NULL AND {_first(f'replica, engine, {c} IS NULL, {_stated(c)}')})"
+        f"({c} IS NOT NULL AND {first(f'replica, engine, {c} IS NULL, {_stated(c)}')})"
         for c in columns
     ]
-    return _first_of("log_engine", "rowid", " OR ".join(firsts))
+    return firsts_of("log_engine", " OR ".join(firsts))
