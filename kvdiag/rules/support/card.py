@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 
 from kvdiag.analyzer.diagnosis import Evidence, Fact
-from kvdiag.analyzer.facts.first_stated import first, firsts_of
+from kvdiag.analyzer.facts.first_stated import first_ids, firsts_of
 from kvdiag.domain import kvmath
 from kvdiag.domain.units import GIB
 from kvdiag.rules.base import RuleContext
@@ -37,15 +37,21 @@ _MEMORY_COLS = (
 _MEMORY_ORDER = "coalesce(rank, 0), ts NULLS LAST, source_line"
 _FIRST_MEMORY_LINES = firsts_of(
     "log_memory",
-    " OR ".join(
-        f"({c} IS NOT NULL AND {first(f'replica, {c} IS NULL', f'{_MEMORY_ORDER}, _rid')})"
+    [
+        first_ids(
+            "log_memory",
+            "replica",
+            f"{c} IS NOT NULL",
+            "coalesce(rank, 0), ts IS NULL, coalesce(ts, TIMESTAMP '1970-01-01'), "
+            "coalesce(source_line, 0)",
+        )
         for c in _MEMORY_COLS
-    ),
+    ],
     order=_MEMORY_ORDER,
 )
 _SMALLEST_POOL_LINE = firsts_of(
     "log_kv_pool",
-    first("replica", "gib, source_line, _rid"),
+    [first_ids("log_kv_pool", "replica", "gib IS NOT NULL", "gib, coalesce(source_line, 0)")],
     "gib IS NOT NULL",
     order="gib, source_line",
 )
