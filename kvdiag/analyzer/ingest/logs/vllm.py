@@ -278,7 +278,8 @@ class _FileState:
         self.cut += int(frame.select((pl.col("_raw_chars") > MAX_STORED_LINE).sum()).item())
         if out.height:
             yield TableBatch(rows.event.table, out)
-        config = config_rows(frame, rows.event)
+        stating = self.config.new_rows(frame, rows.event)
+        config = config_rows(stating, rows.event) if stating is not None else None
         if config is not None:
             self.config.add(config)
 
