@@ -8,9 +8,13 @@ under new `<unix_ts>.prom` names one second apart, with the KV usage, running an
 gauges varied, and each counter (`_total`, `_count`, `_sum`, `_bucket`) raised on every pass
 over the real files by its rise over them, so that counters go on rising as on a live server
 instead of resetting every 200 files, and a pass's lines are not the last pass's again.
-Nothing is invented beyond shifting times and varying numbers.
+Crash loop: the fixture's whole server.log (start-up, configuration dump, pool lines, traffic,
+shutdown) is written again and again, each copy's timestamps shifted 10 minutes past the
+last's, as a server restarted over and over leaves its log. Nothing is invented beyond
+shifting times and varying numbers.
 
     python bench/make_incident.py logs  OUT_DIR --gb 1
+    python bench/make_incident.py crashloop OUT_DIR --gb 1
     python bench/make_incident.py scrapes OUT_DIR --count 86400
 """
 
@@ -98,6 +102,43 @@ def make_logs(out: Path, gigabytes: float, seed: int = 7) -> Path:
     return path
 
 
+# A crash loop's copies 10 minutes apart: longer than the fixture's run (4 minutes), so that
+# one copy's lines end before the next copy's start, as a restarted server's do.
+CRASHLOOP_EVERY = timedelta(minutes=10)
+
+
+def _timed_parts(line: bytes, year: int) -> tuple[bytes, datetime | None, bytes]:
+    """A line cut around its first timestamp: (before, time, after); (line, None, b"")."""
+    m = _TS.search(line)
+    t = _line_time(line, year)
+    if m is None or t is None:
+        return line, None, b""
+    return line[: m.start()], t, line[m.end() :]
+
+
+def make_crashloop(out: Path, gigabytes: float, fixture: Path = FIXTURE) -> Path:
+    """Write OUT/server.log of about `gigabytes` GB: the fixture's whole server.log again and
+    again, the timestamps of copy k shifted by k x 10 minutes."""
+    lines = (fixture / "server.log").read_bytes().rstrip(b"\n").split(b"\n")
+    parts = [_timed_parts(line, 2026) for line in lines]
+    base_times = sorted({t for _, t, _ in parts if t is not None})
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "server.log"
+    target, written, shift = int(gigabytes * 1e9), 0, timedelta(0)
+    with path.open("wb") as fh:
+        while written < target:
+            # Formatted once per distinct second of a copy, not once per line.
+            stamp = {t: (t + shift).strftime("%m-%d %H:%M:%S").encode() for t in base_times}
+            block = b"".join(
+                line + b"\n" if t is None else before + stamp[t] + after + b"\n"
+                for (before, t, after), line in zip(parts, lines, strict=True)
+            )
+            fh.write(block)
+            written += len(block)
+            shift += CRASHLOOP_EVERY
+    return path
+
+
 def _vary_scrape(body: bytes, rng: random.Random) -> bytes:
     out = []
     for line in body.split(b"\n"):
@@ -177,13 +218,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("what", choices=["logs", "scrapes"])
+    parser.add_argument("what", choices=["logs", "crashloop", "scrapes"])
     parser.add_argument("out", type=Path)
     parser.add_argument("--gb", type=float, default=1.0, help="log size in GB")
     parser.add_argument("--count", type=int, default=86400, help="number of scrapes")
     args = parser.parse_args()
     if args.what == "logs":
         print(make_logs(args.out, args.gb))
+    elif args.what == "crashloop":
+        print(make_crashloop(args.out, args.gb))
     else:
         print(make_scrapes(args.out, args.count))
 

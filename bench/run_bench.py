@@ -10,6 +10,7 @@ or NOT met.
     python bench/run_bench.py                 # 1 GB and 5 GB of logs, 86,400 scrapes
     python bench/run_bench.py --smoke         # small sizes, for CI
     python bench/run_bench.py --only logs --gb 1
+    python bench/run_bench.py --only crashloop --gb 1   # a server restarted over and over
     python bench/run_bench.py --repeat 3      # 3 rounds per input: medians (timings vary)
     python bench/run_bench.py --uncached      # the input read from the disk each time
 
@@ -34,7 +35,7 @@ from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from baselines import SCRAPE_RE, grep_count, polars_count, prometheus_client_time, python_re_loop
-from make_incident import FIXTURE, SCRAPES_FORM, make_logs, make_scrapes
+from make_incident import FIXTURE, SCRAPES_FORM, make_crashloop, make_logs, make_scrapes
 from targets import verdicts
 
 T = TypeVar("T")
@@ -233,6 +234,44 @@ def bench_logs(
     )
 
 
+def bench_crashloop(
+    gb: float, repeat: int, uncached: bool = False, out: Path = OUT
+) -> dict[str, object]:
+    """The fixture's whole log replayed end to end: a start-up (configuration dump, pool
+    lines) every few hundred lines, so what kvdiag keeps per start shows at this size."""
+    folder = out / f"crashloop-{gb:g}gb"
+    log = folder / "server.log"
+    if not log.exists():
+        print(f"building a {gb:g} GB crash loop in {folder} ...", file=sys.stderr)
+        make_crashloop(folder, gb)
+    size = log.stat().st_size
+    run, base, spread = rounds(
+        folder, repeat, {"grep_c": lambda: grep_count([log])}, prepare([log], uncached)
+    )
+    grep = base["grep_c"]
+    return (
+        {
+            "kind": "crashloop",
+            "input": f"{size / 1e9:.2f} GB vLLM crash loop{UNCACHED if uncached else ''}",
+            "starts": starts(log),
+            "kvdiag_s": round(run.wall_s, 2),
+            "peak_rss_mib": round(run.peak_rss_mib),
+            "grep_c_s": round(grep, 2),
+            "x_grep": round(run.wall_s / grep, 2),
+            "x_grep_rounds": per_round(spread, "kvdiag", "grep_c"),
+            "timings": run.timings,
+        }
+        | after_ingest(run.timings)
+        | spread
+    )
+
+
+def starts(log: Path) -> int:
+    """The start-ups in a crash loop: its lines naming the non-default args (one a start)."""
+    done = subprocess.run(["grep", "-c", "non-default args", str(log)], capture_output=True)
+    return int(done.stdout or 0)
+
+
 def per_round(spread: dict[str, Any], over: str, under: str) -> list[float]:
     """The ratio `over` / `under` of each round (times of the same few minutes)."""
     pairs = zip(spread[f"{over}_s_all"], spread[f"{under}_s_all"], strict=True)
@@ -288,7 +327,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--smoke", action="store_true", help="small sizes (CI)")
-    parser.add_argument("--only", choices=["logs", "scrapes"])
+    parser.add_argument("--only", choices=["logs", "crashloop", "scrapes"])
     parser.add_argument("--gb", type=float, nargs="*", help="log sizes in GB (default 1 5)")
     parser.add_argument("--scrapes", type=int, help="number of scrapes (default 86400)")
     parser.add_argument(
@@ -323,6 +362,11 @@ def main() -> None:
     if args.only in (None, "logs"):
         runs += [
             functools.partial(bench_logs, gb, args.repeat, args.uncached, args.out) for gb in sizes
+        ]
+    if args.only in (None, "crashloop"):
+        runs += [
+            functools.partial(bench_crashloop, gb, args.repeat, args.uncached, args.out)
+            for gb in sizes
         ]
     if args.only in (None, "scrapes"):
         runs.append(

@@ -48,3 +48,18 @@ def test_replayed_scrapes_continue_the_real_counters_and_keep_every_line(tmp_pat
         assert [line.rpartition(b" ")[0] for line in made_lines] == [
             line.rpartition(b" ")[0] for line in real_lines
         ]
+
+
+def test_a_crash_loop_replays_the_whole_log_ten_minutes_later_each_time(tmp_path: Path) -> None:
+    mi = _make_incident()
+    real = (mi.FIXTURE / "server.log").read_bytes().rstrip(b"\n").split(b"\n")
+    made = mi.make_crashloop(tmp_path, 3 * (len(b"\n".join(real)) + 1) / 1e9)
+    lines = made.read_bytes().rstrip(b"\n").split(b"\n")
+    assert len(lines) == 3 * len(real)
+    for copy in range(3):
+        for line, original in zip(lines[copy * len(real) :], real, strict=False):
+            # Same line but its time, moved by 10 minutes a copy (the same month and day here).
+            assert mi._TS.sub(b"", line) == mi._TS.sub(b"", original)
+            shifted = mi._line_time(line, 2026)
+            if shifted is not None:
+                assert shifted - mi._line_time(original, 2026) == copy * mi.CRASHLOOP_EVERY

@@ -37,3 +37,22 @@ def test_the_logs_bench_runs_at_smoke_size(tmp_path: Path) -> None:
     assert any(line.startswith("target 0.02 GB vLLM log x grep -c: ") for line in lines)
     assert any(line.startswith("floor 0.02 GB vLLM log: kvdiag on the fixture") for line in lines)
     assert any(line.startswith("target 0.02 GB vLLM log peak RSS MiB: ") for line in lines)
+
+
+def test_the_crash_loop_bench_runs_at_smoke_size(tmp_path: Path) -> None:
+    command = [sys.executable, str(BENCH / "run_bench.py"), "--smoke", "--only", "crashloop"]
+    done = subprocess.run(
+        [*command, "--out", str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    row = json.loads(lines[0])
+    assert row["kind"] == "crashloop" and row["input"] == "0.02 GB vLLM crash loop"
+    # The fixture's log (one start) replayed until 20 MB: a start every 38 KB.
+    assert row["starts"] == 524
+    assert row["kvdiag_s"] > 0 and row["peak_rss_mib"] > 0 and row["x_grep"] > 0
+    report = json.loads((tmp_path / "crashloop-0.02gb.json").read_text())
+    assert report["verdict"]["primary"] == "saturation"
+    name = "0.02 GB vLLM crash loop"
+    assert any(line.startswith(f"target {name} (524 starts) x grep -c: ") for line in lines)
+    assert any(line.startswith(f"target {name} peak RSS MiB: ") for line in lines)

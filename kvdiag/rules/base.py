@@ -30,6 +30,7 @@ from kvdiag.analyzer.diagnosis import (
     SourceRef,
 )
 from kvdiag.analyzer.facts.effective import EngineContext, effective_value
+from kvdiag.analyzer.facts.first_stated import first_config_rows
 from kvdiag.analyzer.store.database import StoreReader
 
 MAX_EVIDENCE = 8
@@ -118,8 +119,9 @@ class RuleContext:
         return dict(defaults[0]) if defaults else None
 
     def _config_rows(self, replica: str | None) -> list[dict[str, Any]]:
-        """The config table's rows (read once for all replicas), or one replica's."""
-        rows = self.store.memo("config_rows", lambda: self.sql("SELECT * FROM config").to_dicts())
+        """The config table's first statements (read once for all replicas), or one replica's:
+        the later ones never win (facts/first_stated.py)."""
+        rows = self.store.memo("config_rows", lambda: self.sql(first_config_rows()).to_dicts())
         return rows if replica is None else [r for r in rows if r.get("replica") == replica]
 
     def evidence(self, row: Mapping[str, Any], what: str, value: Any) -> Evidence:

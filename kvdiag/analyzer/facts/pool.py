@@ -19,23 +19,35 @@ from kvdiag.analyzer.store.database import StoreReader
 from kvdiag.domain import kvmath
 from kvdiag.domain.units import GIB
 
-# Pool lines with the engine that printed them, smallest first within (replica, engine).
+# Per replica and engine (that printed them): the first pool line stating `col` in `order`,
+# and the most lines one pool message has (`_repeats`). A message printed more than once was
+# printed per rank (SGLang also states its pool twice), or at every start of a crash loop,
+# whose pool lines are not read one by one: the first is found in SQL.
 _POOL_LINES = (
-    f"SELECT p.*, coalesce(i.e, '') AS _engine FROM log_kv_pool p LEFT JOIN "
+    "WITH p AS (SELECT p.rowid AS _rid, p.replica, p.event, p.tokens, p.gib, p.max_model_len, "
+    f"p.source_path, p.source_line, coalesce(i.e, '') AS _engine FROM log_kv_pool p LEFT JOIN "
     f"(SELECT path, {ENGINE_OF_INPUT} AS e FROM inputs) i ON i.path = p.source_path "
-    "WHERE p.{col} IS NOT NULL ORDER BY p.replica, _engine, {order}, p.source_path, p.source_line"
+    "WHERE p.{col} IS NOT NULL{also}), "
+    "r AS (SELECT replica, _engine, max(n) AS _repeats FROM "
+    "(SELECT replica, _engine, event, count(*) AS n FROM p GROUP BY ALL) GROUP BY ALL), "
+    "f AS (SELECT _rid, _engine FROM p QUALIFY row_number() OVER "
+    "(PARTITION BY replica, _engine ORDER BY {order}, p.source_path, p.source_line, _rid) = 1) "
+    "SELECT k.*, f._engine, r._repeats FROM log_kv_pool k JOIN f ON k.rowid = f._rid "
+    "JOIN r ON k.replica IS NOT DISTINCT FROM r.replica AND f._engine = r._engine "
+    "ORDER BY k.replica, f._engine"
 )
 
 
+def _pool_lines(reader: StoreReader, col: str, order: str, also: str = "") -> pl.DataFrame:
+    return reader.sql(_POOL_LINES.format(col=col, order=order, also=also))
+
+
 def _per_scope(rows: pl.DataFrame) -> list[tuple[dict[str, str], dict[str, Any], int]]:
-    """(scope, first row, most lines one pool message has) per replica and engine: a message
-    printed more than once was printed per rank (SGLang also states its pool twice)."""
-    out = []
-    for (replica, engine), part in rows.group_by("replica", "_engine", maintain_order=True):
-        scope = {"replica": str(replica), "engine": str(engine)}
-        repeats = max(part["event"].value_counts()["count"].to_list(), default=0)
-        out.append((scope, part.row(0, named=True), repeats))
-    return out
+    """(scope, first row, most lines one pool message has) per replica and engine."""
+    return [
+        ({"replica": str(r["replica"]), "engine": str(r["_engine"])}, r, int(r["_repeats"]))
+        for r in rows.iter_rows(named=True)
+    ]
 
 
 def _keep(facts: Facts) -> tuple[str, ...]:
@@ -46,9 +58,7 @@ def _keep(facts: Facts) -> tuple[str, ...]:
 def pool_facts(reader: StoreReader, facts: Facts) -> None:
     """Pool size in tokens: the log's pool line (minimum over ranks), else the metrics."""
     found = []
-    for scope, row, repeats in _per_scope(
-        reader.sql(_POOL_LINES.format(col="tokens", order="p.tokens"))
-    ):
+    for scope, row, repeats in _per_scope(_pool_lines(reader, "tokens", "p.tokens")):
         note = "smallest of the ranks' pool lines" if repeats > 1 else None
         found.append((scope, Fact(int(row["tokens"]), "tokens", ref(row), note)))
     if found:
@@ -57,7 +67,7 @@ def pool_facts(reader: StoreReader, facts: Facts) -> None:
         per_replica = _tokens_from_metrics(reader) or _tokens_from_blocks(facts)
         if per_replica:
             facts["pool_tokens"] = scoped(per_replica)
-    mml = _per_scope(reader.sql(_POOL_LINES.format(col="max_model_len", order="p.source_path")))
+    mml = _per_scope(_pool_lines(reader, "max_model_len", "p.source_path"))
     if mml:
         facts["max_model_len"] = scoped_by(
             [(scope, Fact(int(r["max_model_len"]), "tokens", ref(r))) for scope, r, _ in mml],
@@ -111,11 +121,7 @@ def bytes_per_token_facts(reader: StoreReader, facts: Facts) -> None:
         )
         return
     # SGLang's pool line states both halves of the quotient on one line.
-    lines = _per_scope(
-        reader.sql(_POOL_LINES.format(col="gib", order="p.tokens IS NULL, p.gib")).filter(
-            pl.col("tokens").is_not_null() & (pl.col("tokens") > 0)
-        )
-    )
+    lines = _per_scope(_pool_lines(reader, "gib", "p.tokens IS NULL, p.gib", " AND p.tokens > 0"))
     if lines:
         facts["kv_bytes_per_token"] = scoped_by(
             [

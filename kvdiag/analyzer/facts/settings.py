@@ -18,6 +18,11 @@ from kvdiag.analyzer.diagnosis import Fact
 from kvdiag.analyzer.facts.base import Facts, ref, scoped
 from kvdiag.analyzer.facts.effective import Effective, EngineContext, effective_value
 from kvdiag.analyzer.facts.engine import engine_of_replica
+from kvdiag.analyzer.facts.first_stated import (
+    first_config_rows,
+    first_engine_rows,
+    first_gauge_rows,
+)
 from kvdiag.analyzer.store.database import StoreReader
 from kvdiag.domain.settings import setting_metrics
 
@@ -78,22 +83,17 @@ def config_rows(reader: StoreReader) -> ConfigRows:
 
 
 def _config_rows(reader: StoreReader) -> ConfigRows:
-    rows = ConfigRows(
-        reader.sql("SELECT * FROM config ORDER BY source_path, source_line").to_dicts()
-    )
+    # The first statement of each kind only (first_stated.py): the values and lines the
+    # facts pick are the same, and a crash loop's restated configuration is not read.
+    rows = ConfigRows(reader.sql(first_config_rows()).to_dicts())
     stating = setting_metrics()  # a gauge's row is keyed by its engine's name for the setting
-    gauges = reader.sql(
-        "SELECT *, CAST(CAST(value AS BIGINT) AS VARCHAR) AS _v FROM metric_samples "
-        f"WHERE metric IN ({', '.join('?' for _ in stating)}) AND suffix = '' "
-        "ORDER BY source_path, source_line",
-        list(stating),
-    )
+    gauges = reader.sql(first_gauge_rows(stating))
     for r in gauges.to_dicts():
         own = stating[r["metric"]]
         rows.append(
             {**r, "key": own.name, "value": r["_v"], "origin": "metrics", "engine": own.engine}
         )
-    engine_rows = reader.sql("SELECT * FROM log_engine ORDER BY source_path, source_line")
+    engine_rows = reader.sql(first_engine_rows(_LOG_ENGINE_KEYS))
     for r in engine_rows.to_dicts():
         for column, key in _LOG_ENGINE_KEYS.items():
             if r.get(column) is not None:

@@ -34,7 +34,8 @@ CORE_TABLES: tuple[Table, ...] = (
     ),
     Table(
         "config",
-        "Engine configuration from every source (log, metrics, launch flags), one value per row.",
+        "Engine configuration from every source (log, metrics, launch flags), one value per "
+        "row; a log file's repeated statement (a restart's) once, at its first line.",
         PROVENANCE
         + cols(
             ("replica", "VARCHAR", "replica"),

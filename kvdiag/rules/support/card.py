@@ -13,6 +13,7 @@ from typing import Any
 import polars as pl
 
 from kvdiag.analyzer.diagnosis import Evidence, Fact
+from kvdiag.analyzer.facts.first_stated import first_ids, firsts_of
 from kvdiag.domain import kvmath
 from kvdiag.domain.units import GIB
 from kvdiag.rules.base import RuleContext
@@ -29,6 +30,30 @@ _MEMORY_COLS = (
     "cuda_graph_gib",
     "kv_gib",
     "free_gib",
+)
+
+# Of the start-up lines, each replica's first statement of each ledger term (rank 0 first)
+# and its smallest pool line, read as such: a crash loop prints them at each of its starts.
+_MEMORY_ORDER = "coalesce(rank, 0), ts NULLS LAST, source_line"
+_FIRST_MEMORY_LINES = firsts_of(
+    "log_memory",
+    [
+        first_ids(
+            "log_memory",
+            "replica",
+            f"{c} IS NOT NULL",
+            "coalesce(rank, 0), ts IS NULL, coalesce(ts, TIMESTAMP '1970-01-01'), "
+            "coalesce(source_line, 0)",
+        )
+        for c in _MEMORY_COLS
+    ],
+    order=_MEMORY_ORDER,
+)
+_SMALLEST_POOL_LINE = firsts_of(
+    "log_kv_pool",
+    [first_ids("log_kv_pool", "replica", "gib IS NOT NULL", "gib, coalesce(source_line, 0)")],
+    "gib IS NOT NULL",
+    order="gib, source_line",
 )
 
 
@@ -89,8 +114,11 @@ def card(ctx: RuleContext, replica: str | None) -> Card:
 
 
 def _on_cpu(ctx: RuleContext, replica: str | None) -> bool:
+    # The replicas only: a crash loop prints a CPU pool line at each of its starts.
     return bool(
-        of_replica(ctx, "SELECT * FROM log_kv_pool WHERE upper(device) = 'CPU'", replica).height
+        of_replica(
+            ctx, "SELECT DISTINCT replica FROM log_kv_pool WHERE upper(device) = 'CPU'", replica
+        ).height
         or of_replica(
             ctx, "SELECT replica FROM log_stats WHERE upper(kv_device) = 'CPU'", replica
         ).height
@@ -99,8 +127,7 @@ def _on_cpu(ctx: RuleContext, replica: str | None) -> bool:
 
 def _memory_lines(ctx: RuleContext, replica: str | None, c: Card) -> None:
     """First stated value of each ledger term (rank 0 first: one GPU's ledger)."""
-    order = "coalesce(rank, 0), ts NULLS LAST, source_line"
-    rows = of_replica(ctx, f"SELECT * FROM log_memory ORDER BY {order}", replica)
+    rows = of_replica(ctx, _FIRST_MEMORY_LINES, replica)
     for col in _MEMORY_COLS:
         hit = rows.filter(pl.col(col).is_not_null()) if rows.height else rows
         if hit.is_empty():
@@ -127,9 +154,7 @@ def _pool(ctx: RuleContext, replica: str | None, c: Card) -> None:
         if c.pool_gib is None:
             c.pool_gib, c.pool_how = float(explicit["value"]) / GIB, "kv_cache_memory_bytes"
         c.evidence.append(ctx.evidence(explicit, "kv_cache_memory_bytes", explicit["value"]))
-    rows = of_replica(
-        ctx, "SELECT * FROM log_kv_pool WHERE gib IS NOT NULL ORDER BY gib, source_line", replica
-    )
+    rows = of_replica(ctx, _SMALLEST_POOL_LINE, replica)
     if rows.height:
         row = rows.row(0, named=True)  # the group is clamped to its smallest rank
         if row["total_gib"] is not None:  # "Explicitly set (a/b) GiB for KV cache on node N"

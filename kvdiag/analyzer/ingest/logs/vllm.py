@@ -31,7 +31,7 @@ from kvdiag.analyzer.ingest.logs.access import AccessBook
 from kvdiag.analyzer.ingest.logs.access import count_rows as count_access
 from kvdiag.analyzer.ingest.logs.batch import BatchResult, LineCounts
 from kvdiag.analyzer.ingest.logs.batch import read_batch as read_log_batch
-from kvdiag.analyzer.ingest.logs.config_rows import config_rows, decode_dicts
+from kvdiag.analyzer.ingest.logs.config_rows import FirstStatements, config_rows, decode_dicts
 from kvdiag.analyzer.ingest.logs.format_pack import FormatPack, load_pack
 from kvdiag.analyzer.ingest.logs.parse import MAX_STORED_LINE, EventRows
 from kvdiag.analyzer.ingest.logs.steps import lines_frame, parse_batch, stamp_events
@@ -231,6 +231,8 @@ class VllmLogIngester(Ingester):
                 year = initial_year(ctx, path, result.head)
             for rows in stamp_events(result.events, year, result.container_lines):
                 yield from state.emit(rows, unit, rel)
+            if (config := state.config.batch()) is not None:
+                yield TableBatch("config", config)
             state.add(result)
             if ctx.progress is not None:
                 ctx.progress(done.bytes + state.read.bytes, done.lines + state.tally.total)
@@ -262,6 +264,7 @@ class _FileState:
     events: dict[str, int] = field(default_factory=dict)
     cut: int = 0  # stored rows whose raw text was cut to MAX_STORED_LINE
     access: AccessBook = field(default_factory=AccessBook)  # access lines counted per key
+    config: FirstStatements = field(default_factory=FirstStatements)  # a batch's, when new
 
     def emit(self, rows: EventRows, unit: InputUnit, rel: str) -> Iterator[TableBatch]:
         frame = _provenance(decode_dicts(rows.frame, rows.event), unit, rel)
@@ -275,9 +278,10 @@ class _FileState:
         self.cut += int(frame.select((pl.col("_raw_chars") > MAX_STORED_LINE).sum()).item())
         if out.height:
             yield TableBatch(rows.event.table, out)
-        config = config_rows(frame, rows.event)
+        stating = self.config.new_rows(frame, rows.event)
+        config = config_rows(stating, rows.event) if stating is not None else None
         if config is not None:
-            yield TableBatch("config", config)
+            self.config.add(config)
 
     def add(self, result: BatchResult) -> None:
         """Count a batch's lines and keep its counted access lines."""
