@@ -103,18 +103,26 @@ def redacted_md(redaction: Redaction) -> str:
     return "\n".join(lines)
 
 
+def _busiest(redaction: Redaction) -> list[str]:
+    """The files with the most replacements, a line each."""
+    counts = redaction.names.counts
+    busiest = sorted(counts, key=lambda name: (-sum(counts[name].values()), name))
+    out = [
+        f"  {name}: " + ", ".join(f"{c} {n:,}" for c, n in sorted(counts[name].items()))
+        for name in busiest[:_TERMINAL_FILES]
+    ]
+    if len(busiest) > _TERMINAL_FILES:
+        out.append(f"  and {len(busiest) - _TERMINAL_FILES:,} more files (REDACTED.md lists them)")
+    return out
+
+
 def terminal_summary(redaction: Redaction) -> list[str]:
     """A few lines for stderr."""
     done = totals(redaction)
     parts = [f"{c.name} {done[c.name]:,}" for c in catalogue() if done[c.name]]
     files = len([f for f in redaction.files if f.status != "withheld"])
     out = [f"redacted {files:,} files: " + (", ".join(parts) if parts else "nothing replaced")]
-    counts = redaction.names.counts
-    busiest = sorted(counts, key=lambda f: (-sum(counts[f].values()), f))[:_TERMINAL_FILES]
-    for f in busiest:
-        out.append(f"  {f}: " + ", ".join(f"{c} {n:,}" for c, n in sorted(counts[f].items())))
-    if len(counts) > len(busiest):
-        out.append(f"  and {len(counts) - len(busiest):,} more files (REDACTED.md lists them)")
+    out += _busiest(redaction)
     if redaction.keep:
         out.append("kept as asked: " + ", ".join(sorted(redaction.keep)))
     copied = [f.name for f in redaction.files if f.status == "copied"]
