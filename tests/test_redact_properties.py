@@ -25,11 +25,13 @@ _NUMERIC = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt32, pl.UInt64, pl.Floa
 
 
 def _event(line: str, pack: str) -> list[tuple[str, dict[str, Any]]]:
-    """The events a line reads as, with their numeric fields."""
+    """The events a line reads as, with the numeric fields the pack declares (not where in
+    the line they were found: a pseudonym is shorter than its value)."""
     parsed = parse_batch(lines_frame([line]), load_pack(pack))
     out = []
     for rows in parsed.events:
-        numeric = [c for c, t in rows.frame.schema.items() if t in _NUMERIC and c != "line_no"]
+        declared = set(rows.event.fields)
+        numeric = [c for c, t in rows.frame.schema.items() if t in _NUMERIC and c in declared]
         out.append((rows.event.id, rows.frame.select(numeric).to_dicts()[0] if numeric else {}))
     return sorted(out, key=lambda e: e[0])
 
