@@ -3,6 +3,7 @@ withheld or copied, and the errors a user can make."""
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import tarfile
@@ -131,3 +132,17 @@ def test_archive_members_analyze_would_refuse_are_withheld_and_listed(tmp_path: 
     summary = (out / "REDACTED.md").read_text()
     assert "## Withheld" in summary and "evil.txt" in summary
     assert not (tmp_path / "evil.txt").exists()
+
+
+def test_a_full_disk_leaves_no_half_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvdiag.redact.outputs import BundleWriter
+
+    def full(self: BundleWriter, rel: str, mtime: float) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(BundleWriter, "entry", full)
+    out = tmp_path / "b.tar.gz"
+    result = run_cli("redact", str(SOURCE), "-o", str(out))
+    assert result.exit_code == ExitCode.NO_SPACE
+    assert "disk is full" in result.output
+    assert list(tmp_path.iterdir()) == []

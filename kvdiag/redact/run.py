@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from kvdiag.analyzer.errors import NoSpaceError
 from kvdiag.redact.bundle import SUMMARY_NAME, Progress, Redaction, redact
 from kvdiag.redact.outputs import BundleWriter
 from kvdiag.redact.pseudonyms import Pseudonyms
@@ -33,6 +35,11 @@ def write_bundle(
         with out.entry(SUMMARY_NAME, time.time()) as fh:
             fh.write(redacted_md(redaction).encode("utf-8"))
         out.commit()
+    except OSError as exc:
+        out.discard()
+        if exc.errno == errno.ENOSPC:  # the bundle's disk, or the scratch one (TMPDIR)
+            raise NoSpaceError(f"{target}: a disk is full, no bundle written") from exc
+        raise
     except BaseException:
         out.discard()
         raise

@@ -43,7 +43,18 @@ def _check_target(output: Path, map_path: Path) -> None:
         )
 
 
-@click.command("redact")
+REDACT_EPILOG = (
+    "\b\nExit codes:\n"
+    "  0  the bundle and its mapping are written\n"
+    "  2  usage error (bad option, a folder that is not empty, the mapping inside the bundle)\n"
+    "  3  the incident is missing\n"
+    "  4  internal error\n"
+    "  5  a disk kvdiag writes to is full; no partial bundle is left behind\n"
+    "  130  interrupted (Ctrl-C); no partial bundle is left behind"
+)
+
+
+@click.command("redact", epilog=REDACT_EPILOG)
 @click.argument("incident", type=click.Path(path_type=Path))
 @click.option(
     "-o",
