@@ -5,7 +5,7 @@ from __future__ import annotations
 from kvdiag.analyzer.diagnosis import Diagnosis, IncidentClass
 from kvdiag.compare.quantities import EXPLAINS
 from kvdiag.compare.record import LoadComparison, Outcome, Quantity, SettingChange
-from kvdiag.reports.fmt import fmt_quantity
+from kvdiag.reports.fmt import fmt_quantity, fmt_setting
 
 _NOT_PROBLEMS = {IncidentClass.HEALTHY, IncidentClass.INSUFFICIENT_EVIDENCE}
 
@@ -77,18 +77,7 @@ def explaining(before: Diagnosis, changes: tuple[SettingChange, ...]) -> list[Se
 def change_phrase(c: SettingChange) -> str:
     """ "--kv-cache-memory-bytes 17.0 MiB -> 160 MiB" (the flag when the engine has one)."""
     name = c.flag or c.setting
-    return f"`{name}` {_value(c.setting, c.before)} -> {_value(c.setting, c.after)}"
-
-
-def _value(key: str, value: str | None) -> str:
-    if value is None:
-        return "not stated"
-    if key.endswith("_bytes"):
-        try:
-            return fmt_quantity(float(value), "bytes")
-        except ValueError:
-            return value
-    return value
+    return f"`{name}` {fmt_setting(c.setting, c.before)} -> {fmt_setting(c.setting, c.after)}"
 
 
 def summary(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from kvdiag.analyzer.diagnosis import Scalar
 from kvdiag.compare.record import BeforeAfter, Outcome, Quantity, RemedyCheck, SettingChange
-from kvdiag.reports.fmt import fmt_quantity, fmt_value
+from kvdiag.reports.fmt import fmt_quantity, fmt_setting, fmt_value
 
 OUTCOME_TONE = {
     Outcome.FIXED: "ok",
@@ -68,14 +68,7 @@ def setting_name(c: SettingChange) -> str:
 
 
 def setting_value(c: SettingChange, value: str | None) -> str:
-    if value is None:
-        return "not stated"
-    if c.setting.endswith("_bytes"):
-        try:
-            return f"{fmt_quantity(float(value), 'bytes')} ({int(float(value)):,} B)"
-        except ValueError:
-            return value
-    return value
+    return fmt_setting(c.setting, value, exact=True)
 
 
 def applied_word(r: RemedyCheck) -> str:

@@ -103,3 +103,18 @@ def coverage(parsed: int, total: int) -> str:
 def humanise(name: str) -> str:
     """An enum value or snake_case name as words: shrunken_pool -> shrunken pool."""
     return plain(name).replace("_", " ")
+
+
+def fmt_setting(key: str, value: str | None, exact: bool = False) -> str:
+    """A setting's value as stated; a byte count (`*_bytes`) also in units, and with
+    `exact` its bytes too: `17.0 MiB (17,825,792 B)`."""
+    if value is None:
+        return "not stated"
+    if not key.endswith("_bytes"):
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    text = fmt_quantity(number, "bytes")
+    return f"{text} ({int(number):,} B)" if exact else text
