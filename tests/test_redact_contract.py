@@ -19,7 +19,7 @@ import pytest
 
 from kvdiag.redact.pseudonyms import Pseudonyms
 from kvdiag.redact.run import write_bundle
-from tests.conftest import FIXTURES, fixture_cases, run_cli, shared
+from tests.conftest import FIXTURES, REALDATA, fixture_cases, run_cli, shared
 from tests.goldens import PINNED_MTIME, _pin_mtimes, fixture_diagnosis
 from tests.redact_support import analyze_path, as_json, bundle_texts, leaks, signature
 
@@ -160,10 +160,14 @@ def test_compare_with_redact_uses_one_table_for_both_sides(planted: Path, tmp_pa
     assert json.loads(report)["outcome"] == "unchanged"
 
 
-REALDATA_RUNS = ["a-healthy", "b-saturation", "c-prefill-peak-noprefix", "e-startup-refusal"]
+def _recorded_runs() -> list[str]:
+    folder = REALDATA / "vllm-cpu"
+    if not folder.is_dir():
+        return ["(absent)"]
+    return sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name != "tools")
 
 
-@pytest.mark.parametrize("run", REALDATA_RUNS)
+@pytest.mark.parametrize("run", _recorded_runs())
 def test_real_recordings_redact_to_the_same_analysis(run: str, tmp_path: Path) -> None:
     source = tmp_path / run
     shutil.copytree(shared("realdata", "vllm-cpu", run), source)
@@ -174,8 +178,6 @@ def test_real_recordings_redact_to_the_same_analysis(run: str, tmp_path: Path) -
 
 
 def _issue_fragments() -> list[str]:
-    from tests.conftest import REALDATA
-
     folder = REALDATA / "issues"
     if not folder.is_dir():
         return ["(absent)"]
