@@ -22,6 +22,7 @@ from kvdiag.rules.support.peak import shrink_words
 from kvdiag.rules.support.refusals import (
     NO_KV_ROOM,
     ONE_REQUEST_UNFIT,
+    STATE_SLOTS_SHORT,
     advised_changes,
     first_sentence,
 )
@@ -42,7 +43,9 @@ class UnservableConfig(Rule):
     than ... KV cache (M)`, `To serve at least one request ... estimated maximum model length
     is L`, SGLang's `KV pool holds N tokens, fewer than --context-length L`), a pool with no
     room at all (`No available memory for the cache blocks` and every backend's equivalent,
-    refusals/NO_KV_ROOM), a request the whole pool could not hold at run time
+    refusals/NO_KV_ROOM), a hybrid model's `max_num_seqs (N) exceeds available Mamba cache
+    blocks (M)` (one Mamba block per running sequence: --max-num-seqs M or a larger pool;
+    checked before NO_KV_ROOM), a request the whole pool could not hold at run time
     (refusals/ONE_REQUEST_UNFIT), else a start-up `Maximum concurrency for N tokens per
     request` under `min_concurrency`. The largest length that fits is the engine's estimate
     when printed, else the pool's tokens, else concurrency x max_model_len. Remedies: that
@@ -74,6 +77,15 @@ class UnservableConfig(Rule):
         )
         if refusals.height:
             yield from self._refused(ctx, refusals)
+            return
+        slots = ctx.sql(
+            "SELECT * FROM log_capacity_errors WHERE event IN ("
+            + ", ".join("?" for _ in STATE_SLOTS_SHORT)
+            + ") ORDER BY ts NULLS LAST, source_path, source_line",
+            list(STATE_SLOTS_SHORT),
+        )
+        if slots.height:
+            yield from _state_slots_short(ctx, slots.row(0, named=True))
             return
         no_blocks = ctx.sql(
             "SELECT * FROM log_capacity_errors WHERE event IN ("
@@ -188,6 +200,39 @@ def _no_room(ctx: RuleContext, row: dict[str, Any]) -> Finding:
     if not settings:
         remedies = [Remedy(words.phrase("no_kv_room"), words.phrase("no_kv_room_why"))]
     return ctx.finding(title, [ctx.evidence(row, "capacity_error", row["event"])], remedies)
+
+
+def _state_slots_short(ctx: RuleContext, row: dict[str, Any]) -> Iterator[Finding | Comparison]:
+    """max_num_seqs above the Mamba cache blocks: each running sequence of a hybrid model
+    holds one, so the engine refuses to start rather than fail a full batch later."""
+    words = vocabulary(ctx, row["replica"])
+    asked, held = int(row["requested_slots"]), int(row["available_slots"])
+    ev = [ctx.evidence(row, "available_slots", held)]
+    seqs = words.name("max_num_seqs")
+    yield ctx.compare(
+        f"{seqs} vs the Mamba cache blocks",
+        asked,
+        held,
+        "requests",
+        ev,
+        "one Mamba cache block per running sequence",
+    )
+    title = (
+        f"The engine refused to start: {seqs} {asked:,} exceeds the {held:,} Mamba cache "
+        "blocks the pool holds, and each running sequence of this hybrid model needs one"
+    )
+    remedies = [
+        Remedy(
+            words.flag("max_num_seqs", held),
+            f"the most sequences the Mamba cache holds: {held:,} (the engine's own advice)",
+        ),
+        Remedy(
+            words.phrase("grow_pool"),
+            f"more KV memory means more blocks: {asked / held:.2f}x the pool serves {seqs} "
+            f"{asked:,}",
+        ),
+    ]
+    yield ctx.finding(title, ev, remedies)
 
 
 def _request_unfit(ctx: RuleContext, rows: pl.DataFrame) -> Iterator[Finding | Comparison]:

@@ -6,7 +6,12 @@ from collections.abc import Iterable
 
 from kvdiag.analyzer.diagnosis import Finding, Remedy, Severity
 from kvdiag.rules.base import Rule, RuleContext
-from kvdiag.rules.support.refusals import MEMORY_REFUSALS, NO_KV_ROOM, ONE_REQUEST_UNFIT
+from kvdiag.rules.support.refusals import (
+    MEMORY_REFUSALS,
+    NO_KV_ROOM,
+    ONE_REQUEST_UNFIT,
+    STATE_SLOTS_SHORT,
+)
 
 # Refusals that are about the pool or memory belong to KV101 / KV103, which explain them
 # better (every backend's wording: rules/support/refusals.py).
@@ -16,6 +21,7 @@ _CAPACITY_EVENTS = (
     "sglang_pool_below_context",
     *NO_KV_ROOM,
     *ONE_REQUEST_UNFIT,
+    *STATE_SLOTS_SHORT,
     *MEMORY_REFUSALS,
 )
 

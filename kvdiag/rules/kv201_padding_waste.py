@@ -12,6 +12,7 @@ from kvdiag.analyzer.diagnosis import Comparison, Finding, IncidentClass, Remedy
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.support.demand import slots
 from kvdiag.rules.support.episodes import best_source
+from kvdiag.rules.support.hybrid import HybridBlocks, hybrid_blocks
 from kvdiag.rules.support.load_picture import points_by_replica, usage_evidence
 from kvdiag.rules.support.queries import prefix_hit_rate
 from kvdiag.rules.support.radix import evictable_added_back
@@ -32,7 +33,9 @@ class PaddingWaste(Rule):
     claimed only when the whole range is under `payload_min`; a range that straddles it is
     an info finding that says so. Block rounding alone is also priced: a sequence of n
     tokens holds ceil(n / block_size) blocks (a 1-token request holds 16 slots with
-    16-token blocks). Shared prefix blocks can push the ratio above 1.
+    16-token blocks). Shared prefix blocks can push the ratio above 1. A vLLM hybrid model's
+    block is the engine's choice (one attention page holds a Mamba state page): the finding
+    cites those start-up lines with both page sizes, and --block-size is not offered.
     """
 
     code = "KV201"
@@ -108,6 +111,12 @@ class PaddingWaste(Rule):
                 f"Padding undecided: {title}; the bounds straddle {line:.0%}, so the evidence "
                 "neither shows nor rules out padding"
             )
+        hybrid = hybrid_blocks(ctx, scope)
+        if hybrid is not None:  # the block is the engine's choice, not the operator's
+            title += (
+                f"; vLLM raised the attention block to {fmt_tokens(hybrid.block_size)} tokens "
+                f"itself for this hybrid model ({hybrid.pages()})"
+            )
         ev = [usage_evidence(ctx, row)]
         lines = ctx.sql(
             "SELECT * FROM log_stats WHERE kv_usage_pct IS NOT NULL"
@@ -118,7 +127,9 @@ class PaddingWaste(Rule):
         if lines.height:  # the engine's own stats line saw the same level
             top = lines.row(0, named=True)
             ev.append(ctx.evidence(top, "kv_usage_pct", top["kv_usage_pct"]))
-        remedies = _remedies(ctx, scope, size, typical) if claimed else []
+        if hybrid is not None:
+            ev += hybrid.evidence(ctx)
+        remedies = _remedies(ctx, scope, size, typical, hybrid) if claimed else []
         severity = None if claimed else Severity.INFO
         return ctx.finding(title, ev, remedies, severity=severity, replica=scope, claimed=claimed)
 
@@ -215,7 +226,9 @@ def _payload_comparison(
     )
 
 
-def _remedies(ctx: RuleContext, scope: str | None, size: Pool, live: float) -> list[Remedy]:
+def _remedies(
+    ctx: RuleContext, scope: str | None, size: Pool, live: float, hybrid: HybridBlocks | None
+) -> list[Remedy]:
     out = [
         Remedy(
             "continuous batching with paged KV; bucket lengths (256 / 512 / 1k / 2k / 4k) "
@@ -224,7 +237,9 @@ def _remedies(ctx: RuleContext, scope: str | None, size: Pool, live: float) -> l
             "about 20 % to 70 %+ in the worked example",
         )
     ]
-    if size.block_size and size.block_size > 16:
+    if hybrid is not None:
+        out.append(hybrid.remedy())
+    elif size.block_size and size.block_size > 16:
         empty = slots(live, size.block_size) - live
         words = vocabulary(ctx, scope)
         blocks = words.word("blocks")

@@ -40,6 +40,14 @@ LOG_TABLES: tuple[Table, ...] = (
             ("max_model_len", "BIGINT", "max_model_len the concurrency refers to"),
             ("concurrency", "DOUBLE", "maximum concurrency at max_model_len"),
             ("engine_idx", "INTEGER", "the `Engine 000:` index, where printed"),
+            # vLLM hybrid (attention + Mamba) models: the block the engine chose itself
+            (
+                "block_size",
+                "INTEGER",
+                "tokens per block the engine set itself (vLLM hybrid: one attention page "
+                "holds a Mamba state page)",
+            ),
+            ("padding_pct", "DOUBLE", "vLLM hybrid: padding added to the Mamba page, percent"),
             # SGLang: the pool line's K and V halves, the start-up summary and its caps
             ("k_gib", "DOUBLE", "SGLang K buffer of the pool, GiB (gib is K + V)"),
             ("v_gib", "DOUBLE", "SGLang V buffer of the pool, GiB"),

@@ -22,6 +22,9 @@ ONE_REQUEST_UNFIT = (
     "prompt_exceeds_pool",  # v0: a prompt needs more blocks than the whole pool
     "sglang_retract_failed",  # SGLang: nothing left to retract, one request alone
 )
+# KV101 too: the pool holds fewer per-request state slots than max_num_seqs asks for
+# (vLLM hybrid models: one Mamba cache block per running sequence, checked at start-up).
+STATE_SLOTS_SHORT = ("mamba_blocks_below_seqs",)
 # KV103: the memory the engine was told to take is not there, or ran out outside the pool.
 MEMORY_REFUSALS = (
     "free_below_desired",  # free device (or NUMA node) memory below the budget
