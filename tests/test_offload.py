@@ -1,6 +1,6 @@
 """vLLM's KV offload tier and external prefix cache (issue 32): the facts and KV203.
 
-KV203 is not in the registry yet (registering a rule adds a row to every golden's rules
+KV203 waits in kvdiag/rules/pending/ (registering a rule adds a row to every golden's rules
 list); these tests run it by adding it to the rule list the runner reads.
 """
 
@@ -15,7 +15,7 @@ from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
 from kvdiag.analyzer.verdict import rule_runner
 from kvdiag.rules import RULES
-from kvdiag.rules.kv203_offload_no_hits import OffloadNoHits
+from kvdiag.rules.pending.kv203_offload_no_hits import OffloadNoHits
 from tests.conftest import FIXTURES
 from tests.test_vllm_log import ingest, rows
 
