@@ -1,0 +1,140 @@
+"""KV203: a second KV tier (CPU offload, an external prefix cache) stores but serves no hits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from kvdiag.analyzer.diagnosis import Comparison, Evidence, Finding, Remedy, RuledOut, Severity
+from kvdiag.analyzer.facts.offload import Counted, OffloadTier, offload_tier
+from kvdiag.rules.base import Rule, RuleContext, Threshold
+from kvdiag.rules.support.ledger import fmt_gib
+from kvdiag.rules.support.workload import fmt_tokens
+
+_GIB = 1024**3
+
+
+class OffloadNoHits(Rule):
+    """An offload tier or external prefix cache that stored KV but served (almost) no hits.
+
+    vLLM's OffloadingConnector (`--kv-offloading-size`, 0.19.1+) copies evicted or finished
+    KV blocks from the GPU pool into CPU memory and loads them back when a later prompt
+    shares their prefix; LMCache and the other KV connectors do the same against their own
+    store. Over the window: the tier stored at least `min_stored_mib` MiB (GPU_to_CPU) and
+    its external prefix cache was asked for at least `min_queries` tokens, yet it served
+    under `low_hit` of them (`vllm:external_prefix_cache_hits / _queries`), or it loaded back
+    under `low_load` of what it stored (CPU_to_GPU vs GPU_to_CPU bytes) when the connector
+    reports no token counts. Every store costs a GPU->CPU copy and pinned host memory: a
+    tier that never hits is overhead, the answer to "KV offload to CPU gives 0 % hits".
+    """
+
+    code = "KV203"
+    name = "payload.offload_no_hits"
+    layer = 2
+    severity = Severity.WARNING
+    implies = None
+    requires = ("metric_samples",)
+    thresholds = (
+        Threshold("low_hit", 0.01, "ratio", "external prefix cache hits / queries (tokens)"),
+        Threshold("low_load", 0.01, "ratio", "bytes loaded back / bytes stored"),
+        Threshold("min_stored_mib", 64.0, "MiB", "stores needed before hits are judged"),
+        Threshold("min_queries", 10_000.0, "tokens", "lookups needed before hits are judged"),
+    )
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding | Comparison | RuledOut]:
+        tier = ctx.store.memo("offload_tier", lambda: offload_tier(ctx))
+        if not tier.present:
+            return
+        yield from self._pool(ctx, tier)
+        yield from self._hits(ctx, tier)
+
+    def _pool(self, ctx: RuleContext, tier: OffloadTier) -> Iterator[Comparison]:
+        """Layer 1 sees the second tier: its size beside the GPU pool."""
+        if tier.tier_tokens is None:
+            return
+        tokens, row = tier.tier_tokens
+        gpu = ctx.fact("pool_tokens")
+        yield ctx.compare(
+            "CPU offload tier vs the GPU pool",
+            gpu.value if gpu is not None and isinstance(gpu.value, int | float) else None,
+            tokens,
+            "tokens",
+            [gpu, ctx.evidence(row, "cpu_kv_cache_size_tokens", tokens)],
+            "expected: the GPU pool; the second tier holds what the GPU pool evicts",
+        )
+
+    def _hits(self, ctx: RuleContext, tier: OffloadTier) -> Iterator[Finding | Comparison]:
+        stored = tier.stored_bytes
+        if stored is None or stored.value < ctx.threshold("min_stored_mib") * 1024**2:
+            return
+        evidence = [_ev(ctx, stored, "offload stored bytes")]
+        rate = tier.external_hit_rate
+        queries = tier.external_queries
+        if rate is not None and queries is not None:
+            yield ctx.compare(
+                "offload / external prefix cache hit rate",
+                ctx.threshold("low_hit"),
+                round(rate, 4),
+                "ratio",
+                [_ev(ctx, queries, "external prefix cache queries")],
+                "external_prefix_cache_hits / external_prefix_cache_queries over the window",
+                threshold=True,
+            )
+            if queries.value < ctx.threshold("min_queries") or rate >= ctx.threshold("low_hit"):
+                return
+            if tier.external_hits is not None:
+                evidence.append(_ev(ctx, tier.external_hits, "external prefix cache hits"))
+            evidence.append(_ev(ctx, queries, "external prefix cache queries"))
+            said = (
+                f"{rate:.1%} of {fmt_tokens(queries.value)} prompt tokens looked up "
+                "were found there"
+            )
+        else:
+            loaded = tier.loaded_bytes
+            ratio = (loaded.value if loaded is not None else 0.0) / stored.value
+            if ratio >= ctx.threshold("low_load"):
+                return
+            if loaded is not None:
+                evidence.append(_ev(ctx, loaded, "offload loaded bytes"))
+            said = f"it loaded back {ratio:.1%} of that ({_size(loaded.value if loaded else 0)})"
+        if tier.loaded_bytes is not None and rate is not None:
+            said += f"; {_size(tier.loaded_bytes.value)} were loaded back to the GPU"
+        size = ""
+        if tier.tier_bytes is not None:
+            size = f" of a {_size(tier.tier_bytes[0])} CPU tier"
+        title = (
+            f"The KV offload tier stored {_size(stored.value)}{size} over the window but served "
+            f"almost no hits: {said}. The copies cost GPU->CPU bandwidth and pinned memory "
+            "for nothing"
+        )
+        yield ctx.finding(title, evidence, _remedies(ctx))
+
+
+def _ev(ctx: RuleContext, counted: Counted, what: str) -> Evidence:
+    return ctx.evidence(counted.row, what, int(counted.value))
+
+
+def _size(n: float) -> str:
+    return fmt_gib(n / _GIB) if n >= _GIB / 10 else f"{n / 1024**2:,.0f} MiB"
+
+
+def _remedies(ctx: RuleContext) -> list[Remedy]:
+    return [
+        Remedy(
+            "check that requests share prefixes the GPU pool has already evicted",
+            "the tier only hits when a later prompt repeats a prefix after the GPU's own "
+            "prefix cache dropped it; unique prompts (or a GPU pool big enough to keep "
+            "every shared prefix) leave nothing for it to serve",
+        ),
+        Remedy(
+            "turn the tier off (drop --kv-offloading-size) or store only reused blocks "
+            '(kv_connector_extra_config {"store_threshold": 2})',
+            "stores skipped below the reuse threshold are counted in "
+            "vllm:kv_offload_stores_skipped; the GPU->CPU copies and pinned host memory "
+            "are saved",
+        ),
+        Remedy(
+            "if the prefixes are shared, route requests with the same prefix to the same replica",
+            "a CPU tier is local to its instance: a prefix stored on one replica never hits "
+            "on another",
+        ),
+    ]
