@@ -1,8 +1,4 @@
-"""vLLM's KV offload tier and external prefix cache (issue 32): the facts and KV203.
-
-KV203 waits in kvdiag/rules/pending/ (registering a rule adds a row to every golden's rules
-list); these tests run it by adding it to the rule list the runner reads.
-"""
+"""vLLM's KV offload tier and external prefix cache (issue 32): the facts and KV203."""
 
 from __future__ import annotations
 
@@ -13,20 +9,12 @@ import pytest
 
 from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.pipeline import analyze
-from kvdiag.analyzer.verdict import rule_runner
-from kvdiag.rules import RULES
-from kvdiag.rules.pending.kv203_offload_no_hits import OffloadNoHits
 from tests.conftest import FIXTURES
 from tests.test_vllm_log import ingest, rows
 
 NO_HITS = FIXTURES / "vllm-offload-stores-no-hits" / "incident"
 HITS = FIXTURES / "vllm-offload-hits-near-miss" / "incident"
 M = 'engine="0",model_name="m"'
-
-
-@pytest.fixture
-def with_kv203(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rule_runner, "RULES", (*RULES, OffloadNoHits))
 
 
 def _run(incident: Path) -> Any:
@@ -48,7 +36,6 @@ def test_facts_state_what_the_tier_stored_served_and_holds() -> None:
     assert facts["offload_tier_tokens"] == 262_144
 
 
-@pytest.mark.usefixtures("with_kv203")
 def test_a_tier_that_stores_and_never_hits_is_a_finding_with_its_numbers() -> None:
     diagnosis = _run(NO_HITS)
     (kv203,) = [f for f in diagnosis.findings if f.code == "KV203"]
@@ -59,7 +46,6 @@ def test_a_tier_that_stores_and_never_hits_is_a_finding_with_its_numbers() -> No
     assert diagnosis.verdict.primary.value == "healthy"  # a cost, not an incident class
 
 
-@pytest.mark.usefixtures("with_kv203")
 def test_a_tier_that_hits_is_not_a_finding() -> None:
     diagnosis = _run(HITS)
     assert not [f for f in diagnosis.findings if f.code == "KV203"]
@@ -74,7 +60,6 @@ def _scrape(store: float, load: float) -> str:
     )
 
 
-@pytest.mark.usefixtures("with_kv203")
 @pytest.mark.parametrize(("load", "fires"), [(0.0, True), (5e8, False)])
 def test_before_0_33_the_transfer_type_label_tells_stores_from_loads(
     tmp_path: Path, load: float, fires: bool

@@ -10,6 +10,7 @@ from kvdiag.rules.kv104_gpu_imbalance import GpuImbalance
 from kvdiag.rules.kv105_engine_start_failed import EngineStartFailed
 from kvdiag.rules.kv201_padding_waste import PaddingWaste
 from kvdiag.rules.kv202_prefill_peak import PrefillPeak
+from kvdiag.rules.kv203_offload_no_hits import OffloadNoHits
 from kvdiag.rules.kv301_saturation import KvSaturation
 from kvdiag.rules.kv302_admission_limited import AdmissionLimited
 from kvdiag.rules.kv303_replica_imbalance import ReplicaImbalance
@@ -23,6 +24,7 @@ RULES: tuple[type[Rule], ...] = (
     EngineStartFailed,
     PaddingWaste,
     PrefillPeak,
+    OffloadNoHits,
     KvSaturation,
     AdmissionLimited,
     ReplicaImbalance,
