@@ -23,6 +23,7 @@ from kvdiag.rules.support.demand import trend
 from kvdiag.rules.support.episodes import best_source, by_time
 from kvdiag.rules.support.growth import Growth, growth
 from kvdiag.rules.support.load_picture import (
+    aggregated_note,
     point_evidence,
     points_by_replica,
     preemptions,
@@ -48,7 +49,8 @@ class KvSaturation(Rule):
     """Requests wait or are preempted while the KV pool is full (genuine exhaustion).
 
     Evidence: KV usage at or above `usage_full` while `min_waiting` or more requests wait
-    (metrics scrapes or the engine's stats lines); preemptions (counter, stats lines, v0
+    for capacity (metrics scrapes or the engine's stats lines; vLLM 0.20+ deferred requests
+    are set apart); preemptions (counter, stats lines, v0
     warnings) with a pool that reached `usage_full`. Either fires the rule as an error.
     Without a queue yet, it fires as a warning when the running requests' worst case
     (prompt + max_tokens each) provably exceeds the pool: even the fewest slots the length
@@ -123,6 +125,7 @@ class KvSaturation(Rule):
         pushed_out = rep.pre.count or rep.pressure.swapped or rep.pressure.rejected
         if rep.hot.height or (pushed_out and rep.peak_usage >= full):
             title = _full_title(rep) + _fill_time(rep, full)
+            title += aggregated_note(ctx, rep.points, replica)
             ev = _full_evidence(ctx, rep)
             finding = ctx.finding(
                 title,
@@ -286,9 +289,12 @@ def _climb(
 
 def _full_title(rep: ReplicaLoad) -> str:
     pushed = rep.words.count(rep.pre.count)
+    # vLLM 0.20+ tells deferred requests apart: only the capacity queue is counted here.
+    deferred = int(col_max(rep.points, "deferred"))
+    apart = f" for capacity (up to {deferred} deferred set apart)" if deferred else ""
     title = (
         f"KV pool full while requests waited: usage peaked at {rep.peak_usage:.0%}, "
-        f"up to {rep.max_waiting} waiting, {pushed}"
+        f"up to {rep.max_waiting} waiting{apart}, {pushed}"
         if rep.max_waiting
         else f"KV pool full: usage peaked at {rep.peak_usage:.0%} and pushed requests out, {pushed}"
     )
@@ -356,8 +362,15 @@ def _not_full_reason(ctx: RuleContext, rep: ReplicaLoad) -> str:
             "not KV-bound"
         )
     shown = pct(rep.peak_usage)
+    # vLLM 0.20+: deferred requests wait for something else than capacity (load_picture).
+    deferred = int(col_max(rep.points, "deferred"))
+    nothing = (
+        f"nothing waited for capacity ({deferred} deferred set apart: not KV pressure)"
+        if deferred
+        else "nothing waited"
+    )
     return (
-        f"nothing waited and nothing was {rep.words.word('preempted')} (peak KV usage {shown})"
+        f"{nothing} and nothing was {rep.words.word('preempted')} (peak KV usage {shown})"
         if not rep.pre.count
         else f"{rep.words.count(rep.pre.count)} but KV usage peaked at {shown}"
     )

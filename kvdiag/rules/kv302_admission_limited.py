@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -11,6 +11,7 @@ from kvdiag.analyzer.diagnosis import Evidence, Finding, IncidentClass, Remedy, 
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.support.episodes import Episode, best_source, episodes
 from kvdiag.rules.support.load_picture import (
+    aggregated_note,
     points_by_replica,
     preemptions,
     usage_evidence,
@@ -42,6 +43,9 @@ class AdmissionLimited(Rule):
     `prompt_share` of all tokens processed), max_num_seqs (running pinned at the configured
     cap), a queue cap (rejections, 429/503), deferred requests (`waiting_by_reason`), or
     says it cannot tell (LoRA slots and other limits leave no trace in the inputs).
+    vLLM 0.20+ tells deferred requests (`reason="deferred"`, the stats line's `Deferred: N
+    reqs`) from those waiting for capacity: a queue of deferred requests only is not held
+    by the pool however full it is, and its limiter is the deferral.
 
     Requests refused with 429/503 are admission at work even when nothing waited (a cap
     on requests in flight turns them away before they queue) and when no load was
@@ -79,14 +83,17 @@ class AdmissionLimited(Rule):
     ) -> Iterator[Finding | RuledOut]:
         scope = name if multi else None
         refused = rejections(ctx, scope)
-        found = [] if part is None else _queue_episodes(ctx, part)
+        found = [] if part is None else _queue_episodes(ctx, _all_waiting(part))
         if not found:
             if refused:
                 yield from self._rejected(ctx, refused, part, scope)
-            elif part is not None and not col_max(part, "waiting"):
+            elif part is not None and not col_max(part, "waiting") + col_max(part, "deferred"):
                 yield ctx.rule_out("no request waited")
             return
-        roomy = [e for e in found if e.median_usage < ctx.threshold("usage_room")]
+        # A queue of deferred requests only is not held by the pool, however full it is.
+        roomy = [
+            e for e in found if e.median_usage < ctx.threshold("usage_room") or _deferred_only(e)
+        ]
         pre = preemptions(ctx, scope).count
         if not roomy or pre:
             top = max(e.median_usage for e in found)
@@ -99,13 +106,23 @@ class AdmissionLimited(Rule):
         worst = max(roomy, key=lambda e: e.max_waiting)
         lens = lengths(ctx, scope)
         limiter = _limiter(ctx, worst, part, lens, scope, refused)
-        title = (
-            f"Requests waited while the KV pool had room: up to {worst.max_waiting} waiting with "
-            f"KV usage at most {pct(worst.peak_usage)} (median {pct(worst.median_usage)}); "
-            f"{limiter.kind}: {limiter.text}"
-        )
+        usage = f"KV usage at most {pct(worst.peak_usage)} (median {pct(worst.median_usage)})"
+        if _deferred_only(worst):
+            title = (
+                f"Requests waited for something other than KV capacity: up to "
+                f"{worst.max_waiting} waiting, all deferred, none for capacity, with {usage}; "
+                f"the deferred queue was set apart from KV pressure; {limiter.kind}: {limiter.text}"
+            )
+        else:
+            title = (
+                f"Requests waited while the KV pool had room: up to {worst.max_waiting} waiting "
+                f"with {usage}; {limiter.kind}: {limiter.text}"
+            )
+        title += aggregated_note(ctx, part, scope)
         row = worst.row_of_max("waiting")
-        ev = [waiting_evidence(ctx, row), usage_evidence(ctx, worst.row_of_max("usage"))]
+        # The episode counts every waiting request, deferred ones too.
+        counted = "num_requests_waiting (capacity + deferred)" if row["deferred"] else None
+        ev = [waiting_evidence(ctx, row, counted), usage_evidence(ctx, worst.row_of_max("usage"))]
         ev += limiter.evidence + _stats_line(ctx, worst, scope)
         yield ctx.finding(title, ev, limiter.remedies, replica=scope)
 
@@ -136,6 +153,24 @@ class AdmissionLimited(Rule):
             replica=scope,
             claimed=reading.cap_named,
         )
+
+
+_Probe = Callable[[RuleContext, Episode, Lengths | None, str | None], "_Limiter | None"]
+
+
+def _all_waiting(part: pl.DataFrame) -> pl.DataFrame:
+    """The load points with every waiting request, deferred ones too (vLLM 0.20+ tells them
+    apart: `waiting` is the capacity queue, kept as `capacity`). An admission limit is any
+    queue; only the capacity part of it can be KV-bound."""
+    return part.with_columns(
+        pl.col("waiting").alias("capacity"),
+        (pl.col("waiting").fill_null(0) + pl.col("deferred").fill_null(0)).alias("waiting"),
+    )
+
+
+def _deferred_only(ep: Episode) -> bool:
+    """Every request of the episode waited deferred, none for capacity."""
+    return not col_max(ep.rows, "capacity") and bool(col_max(ep.rows, "deferred"))
 
 
 def _queue_episodes(ctx: RuleContext, part: pl.DataFrame) -> list[Episode]:
@@ -170,7 +205,10 @@ def _limiter(
     refused: Rejections,
 ) -> _Limiter:
     # The binding limit first: a queue cap or deferral is often a consequence of it.
-    for probe in (_max_num_seqs, _prefill_bound, _concurrency_cap, _deferred):
+    probes: tuple[_Probe, ...] = (_max_num_seqs, _prefill_bound, _concurrency_cap, _deferred)
+    if _deferred_only(ep):  # nothing waited for capacity: no cap or budget held the queue
+        probes = (_deferred,)
+    for probe in probes:
         found = probe(ctx, ep, lens, scope)
         if found is not None:
             return _with_rejections(ctx, found, part, refused, scope)
@@ -192,14 +230,30 @@ def _deferred(
     if scope is not None and rows.height:
         rows = rows.filter(pl.col("replica") == scope)
     rows = rows.filter(pl.col("value") > 0)
-    if rows.is_empty():
+    why = (
+        "held back by a transient constraint: LoRA budget, KV transfer or blocked status, not "
+        "by capacity"
+    )
+    if rows.height:
+        top = rows.sort("value", descending=True).row(0, named=True)
+        return _Limiter(
+            "deferred",
+            f"up to {int(top['value'])} requests waited with reason=deferred ({why})",
+            [ctx.evidence(top, "num_requests_waiting_by_reason{deferred}", top["value"])],
+        )
+    # Without scrapes, the stats line's `Deferred: N reqs` (0.20+) says the same.
+    where = "deferred > 0" + (" AND replica = ?" if scope else "")
+    lines = ctx.sql(
+        f"SELECT * FROM log_stats WHERE {where} ORDER BY deferred DESC, ts LIMIT 1",
+        [scope] if scope else [],
+    )
+    if lines.is_empty():
         return None
-    top = rows.sort("value", descending=True).row(0, named=True)
+    row = lines.row(0, named=True)
     return _Limiter(
         "deferred",
-        f"up to {int(top['value'])} requests waited with reason=deferred (held back by a "
-        "transient constraint: LoRA budget, KV transfer or blocked status, not by capacity)",
-        [ctx.evidence(top, "num_requests_waiting_by_reason{deferred}", top["value"])],
+        f"up to {row['deferred']} requests waited deferred ({why})",
+        [ctx.evidence(row, "deferred", row["deferred"])],
     )
 
 

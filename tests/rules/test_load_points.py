@@ -24,6 +24,7 @@ def _points(row_ids: list[int], w_rows: list[int | None]) -> pl.DataFrame:
             "usage": [0.5] * n,
             "waiting": [1.0] * n,
             "running": [2.0] * n,
+            "deferred": [None] * n,
             "origin": ["log"] * n,
             "row_id": row_ids,
             "w_row": w_rows,

@@ -73,6 +73,7 @@ LOG_TABLES: tuple[Table, ...] = (
         LOG_ENVELOPE
         + cols(
             ("engine_idx", "INTEGER", "the `Engine 000:` index (v1)"),
+            ("engines", "INTEGER", "N of `N Engines Aggregated:` (v1 0.11.2+): N engines summed"),
             ("prompt_tps", "DOUBLE", "avg prompt throughput, tokens/s"),
             ("gen_tps", "DOUBLE", "avg generation throughput, tokens/s"),
             ("running", "BIGINT", "running requests"),

@@ -48,16 +48,37 @@ def _metric_points(ctx: RuleContext) -> pl.DataFrame:
             [*_KEY, pl.col("value").alias(col), pl.col("sample_row").alias(f"{col}_row")]
         ).unique(subset=_KEY, keep="first", maintain_order=True)
         frame = frame.join(picked, on=_KEY, how="left", nulls_equal=True)
+    frame = _by_reason(ctx, frame)
+    # vLLM 0.20+ counts deferred requests in num_requests_waiting: where some were deferred,
+    # the queue that is KV pressure is the `capacity` one, cited from its own sample.
+    split = pl.col("cap").is_not_null() & (pl.col("deferred") > 0)
     return frame.select(
         "replica",
         "ts",
         "usage",
-        "waiting",
+        pl.when(split).then(pl.col("cap")).otherwise(pl.col("waiting")).alias("waiting"),
         "running",
+        "deferred",
         pl.lit("metrics").alias("origin"),
         pl.col("sample_row").alias("row_id"),
-        pl.col("waiting_row").alias("w_row"),
+        pl.when(split).then(pl.col("cap_row")).otherwise(pl.col("waiting_row")).alias("w_row"),
     )
+
+
+def _by_reason(ctx: RuleContext, frame: pl.DataFrame) -> pl.DataFrame:
+    """`cap`, `cap_row` and `deferred` from num_requests_waiting_by_reason (null: unscraped)."""
+    for reason, col in (("capacity", "cap"), ("deferred", "deferred")):
+        rows = gauge(ctx, "num_requests_waiting_by_reason", reason=reason)
+        if rows.is_empty():
+            frame = frame.with_columns(
+                pl.lit(None, pl.Float64).alias(col), pl.lit(None, pl.Int64).alias(f"{col}_row")
+            )
+            continue
+        picked = rows.select(
+            [*_KEY, pl.col("value").alias(col), pl.col("sample_row").alias(f"{col}_row")]
+        ).unique(subset=_KEY, keep="first", maintain_order=True)
+        frame = frame.join(picked, on=_KEY, how="left", nulls_equal=True)
+    return frame
 
 
 def _log_points(ctx: RuleContext) -> pl.DataFrame:
@@ -66,11 +87,14 @@ def _log_points(ctx: RuleContext) -> pl.DataFrame:
     # The columns leave DuckDB compact (replica an enum, counts and row ids 32-bit while
     # they fit): its result is kept as it is handed over, where wide columns narrowed
     # afterwards held both at once at the peak.
+    # From 0.20 `Waiting: N` counts the `Deferred: M` requests too: the capacity queue, the
+    # one that is KV pressure, is N - M.
     counts = _narrowest(ctx, "waiting", "running")
     stats = ctx.sql(
         f"SELECT CAST(replica AS {_replica_enum(ctx)}) AS replica, ts, "
-        f"kv_usage_pct / 100.0 AS usage, CAST(waiting AS {counts}) AS waiting, "
-        f"CAST(running AS {counts}) AS running, "
+        f"kv_usage_pct / 100.0 AS usage, "
+        f"CAST(waiting - coalesce(deferred, 0) AS {counts}) AS waiting, "
+        f"CAST(running AS {counts}) AS running, CAST(deferred AS {counts}) AS deferred, "
         f"CAST(rowid AS {_narrowest(ctx, 'rowid', unsigned=True)}) AS row_id "
         "FROM log_stats JOIN (SELECT source_path, row_number() OVER (ORDER BY source_path) "
         "AS file_no FROM (SELECT DISTINCT source_path FROM log_stats)) f USING (source_path) "
@@ -104,8 +128,9 @@ COLUMNS = [
     "replica",
     "ts",
     "usage",
-    "waiting",
+    "waiting",  # waiting for capacity where the engine tells deferred requests apart
     "running",
+    "deferred",  # vLLM 0.20+: waiting, held back by something other than capacity (null: not told)
     "origin",  # "metrics" | "log"
     "row_id",  # metrics: the usage sample's sample_row; log: the stats line's log_stats rowid
     "w_row",  # metrics: the waiting sample's sample_row (null: not scraped); log: null
@@ -179,13 +204,34 @@ def waiting_cited(row: Mapping[str, Any]) -> bool:
     return row["origin"] == "log" or row["w_row"] is not None
 
 
-def waiting_evidence(ctx: RuleContext, row: dict[str, Any]) -> Evidence:
+def waiting_evidence(ctx: RuleContext, row: dict[str, Any], what: str | None = None) -> Evidence:
     value = row["waiting"]
     waiting = int(value) if value is not None else None
+    if what is None:  # with deferred requests set apart, the count is the capacity queue
+        what = "num_requests_waiting_by_reason{capacity}" if row.get("deferred") else None
+    what = what or "num_requests_waiting"
     if row["origin"] == "log":  # the stats line with the usage is the one with the queue
-        return point_evidence(ctx, row, "num_requests_waiting", waiting)
+        return point_evidence(ctx, row, what, waiting)
     src = _cited(ctx, "metrics", row["w_row"], {"ts": row["ts"]})
-    return ctx.evidence(src, "num_requests_waiting", waiting)
+    return ctx.evidence(src, what, waiting)
+
+
+def aggregated_note(ctx: RuleContext, part: pl.DataFrame, scope: str | None) -> str:
+    """What a reader must know when the points are `N Engines Aggregated:` stats lines
+    (vLLM 0.11.2+, --aggregate-engine-logging under data parallel): one line stands for N
+    engines, each with its own pool, and nothing shows how the load was split among them."""
+    if part.is_empty() or (part["origin"] == "metrics").any():
+        return ""  # scrapes come per engine (`engine` label) and are read first
+    where = "engines IS NOT NULL" + (" AND replica = ?" if scope else "")
+    engines = ctx.store.scalar(
+        f"SELECT max(engines) FROM log_stats WHERE {where}", [scope] if scope else None
+    )
+    if not engines:
+        return ""
+    return (
+        f" ({engines} engines aggregated in each stats line: requests summed over their "
+        f"{engines} pools, KV usage the mean of them)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
