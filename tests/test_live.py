@@ -112,11 +112,12 @@ def key_numbers(diagnosis: dict[str, Any]) -> dict[str, Any]:
 ONLINE_OPEN = {"vllm-h-padding-waste": "KV201"}
 
 
-# Known misses, not yet explained: the reason says what is seen.
+# Known misses: the reason says what is seen and why.
 ONLINE_MISSES = {
-    "vllm-hybrid-blocks-padding": "fetched from Prometheus, this assembled fixture's series "
-    "(March 2026 timestamps) give no finding at all, while the same metrics read from the "
-    "folder give padding_waste (KV201, KV304)",
+    "vllm-hybrid-blocks-padding": "the live fetch takes the length histograms' sum and count "
+    "(live/promql.py PLAN), not their buckets, which bound these 100-token requests in the "
+    "folder (KV201, KV304); fetching the buckets too makes this run pass and changes five "
+    "others' online verdicts, not yet reconciled",
 }
 
 

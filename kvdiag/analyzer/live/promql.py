@@ -74,6 +74,17 @@ PLAN: tuple[Want, ...] = (
     Want("request_generation_tokens", ("sum", "count"), How.LAST, True, "mean output length"),
     Want("request_params_max_tokens", ("sum", "count"), How.LAST, True, "mean max_tokens"),
     Want("cache_config_info", ("",), How.LABELS, True, "pool blocks, block size, dtype"),
+    *(
+        Want(m, ("total",), How.LAST, False, "the KV offload tier's traffic and hits: KV203")
+        for m in (
+            "kv_offload_store_bytes",
+            "kv_offload_load_bytes",
+            "kv_offload_transfer_bytes",
+            "external_prefix_cache_queries",
+            "external_prefix_cache_hits",
+        )
+    ),
+    Want("kv_offload_config_info", ("",), How.LABELS, True, "the CPU tier's size: KV203"),
     # SGLang states its pool and caps as gauges where vLLM has cache_config_info labels.
     Want("kv_pool_tokens", ("",), How.LABELS, True, "SGLang pool tokens: every layer"),
     Want("max_running_requests", ("",), How.LABELS, True, "SGLang request cap: KV302"),
