@@ -42,7 +42,7 @@ def test_a_tier_that_stores_and_never_hits_is_a_finding_with_its_numbers() -> No
     assert "stored 1.88 GiB of a 32.00 GiB CPU tier" in kv203.title
     assert "0.0% of 864,000 prompt tokens" in kv203.title
     assert {e.path for e in kv203.evidence} == {"metrics/1773136820.000.prom"}
-    assert any("--kv-offloading-size" in r.action for r in kv203.remediation)
+    assert any("kv_offloading_size" in r.action for r in kv203.remediation)
     assert diagnosis.verdict.primary.value == "healthy"  # a cost, not an incident class
 
 

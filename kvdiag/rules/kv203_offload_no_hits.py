@@ -126,7 +126,7 @@ def _remedies(ctx: RuleContext) -> list[Remedy]:
             "every shared prefix) leave nothing for it to serve",
         ),
         Remedy(
-            "turn the tier off (drop --kv-offloading-size) or store only reused blocks "
+            "turn the tier off (unset kv_offloading_size) or store only reused blocks "
             '(kv_connector_extra_config {"store_threshold": 2})',
             "stores skipped below the reuse threshold are counted in "
             "vllm:kv_offload_stores_skipped; the GPU->CPU copies and pinned host memory "
