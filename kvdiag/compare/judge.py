@@ -21,18 +21,18 @@ LAYER_TITLES = {1: "Pool vs card", 2: "Payload vs percentage", 3: "Peak demand v
 
 
 def ratio(before: Scalar, after: Scalar) -> float | None:
-    if not _number(before) or not _number(after) or before <= 0 or after < 0:  # type: ignore[operator]
+    if not _is_number(before) or not _is_number(after) or before <= 0 or after < 0:  # type: ignore[operator]
         return None
     return round(float(after) / float(before), 4)  # type: ignore[arg-type]
 
 
-def _number(value: Scalar) -> bool:
+def _is_number(value: Scalar) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def better_side(spec: Spec, before: Scalar, after: Scalar) -> str | None:
     """ "after" or "before" when one is better beyond noise for the user, else None."""
-    if spec.better is None or not _number(before) or not _number(after):
+    if spec.better is None or not _is_number(before) or not _is_number(after):
         return None
     a, b = float(before), float(after)  # type: ignore[arg-type]
     if abs(b - a) <= spec.noise_abs or abs(b - a) < spec.noise_rel * max(abs(a), abs(b)):
@@ -131,9 +131,9 @@ def _closed_loop(rows: dict[str, Quantity]) -> bool:
 def _fact_value(d: Diagnosis, name: str) -> Measure:
     found = d.facts.get(name)
     if isinstance(found, tuple):  # a fleet: the highest replica's
-        numbered = [f for f in found if _number(f.value)]
+        numbered = [f for f in found if _is_number(f.value)]
         found = max(numbered, key=lambda f: float(f.value)) if numbered else None  # type: ignore[arg-type]
-    if not isinstance(found, Fact) or not _number(found.value):
+    if not isinstance(found, Fact) or not _is_number(found.value):
         return _none()
     return Measure(found.value, found.unit or "", str(found.source or found.note or ""))  # type: ignore[arg-type]
 

@@ -81,7 +81,7 @@ def _proposal(action: str, engine: str) -> tuple[str | None, str | None]:
     return spec.key, normalise(spec, value) if value else None
 
 
-def _number(text: str | None) -> float | None:
+def _as_float(text: str | None) -> float | None:
     try:
         return float(text) if text is not None else None
     except ValueError:
@@ -95,7 +95,7 @@ def _applied(before: str | None, after: str | None, proposed: str | None) -> boo
         return False
     if proposed is None or after == proposed:
         return before != after
-    b, a, p = _number(before), _number(after), _number(proposed)
+    b, a, p = _as_float(before), _as_float(after), _as_float(proposed)
     if a is None or p is None:
         return False
     if b is None:
