@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from kvdiag.analyzer.cli.format_coverage import PACKS
 from kvdiag.analyzer.ingest.logs.format_pack import Event, load_pack
 from kvdiag.analyzer.ingest.logs.parse import parsed_expr
 from kvdiag.analyzer.ingest.logs.steps import lines_frame, parse_batch
+from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
 from tests import test_formats as checks
 from tests.conftest import run_cli
 
@@ -78,7 +80,15 @@ def test_a_changed_batch_line_is_a_near_miss_not_silence() -> None:
 def test_formats_list_shows_every_bundled_pack() -> None:
     listed = run_cli("formats", "--list").stdout
     assert listed.startswith("vllm_log: vLLM server logs")
-    assert "\nsglang_log: " in listed
-    sglang = load_pack("sglang_log")
-    for event in sglang.events:
-        assert f"  event    {event.id} -> {event.table} " in listed
+    assert len(PACKS) >= 3  # vLLM, SGLang, TGI at least: the registry, not a copy of it
+    for name in PACKS:
+        pack = load_pack(name)
+        assert f"\n{pack.name}: " in "\n" + listed
+        for event in pack.events:
+            assert f"  event    {event.id} -> {event.table} " in listed
+    aliases = load_aliases()
+    assert f"resolved to {len(aliases.metrics)} canonical metrics" in listed
+    for metric in aliases.metrics:
+        names = ", ".join(metric.names)
+        assert f"  metric   {metric.canonical} ({metric.type}) <- {names}" in listed
+    assert "  family   sglang: " in listed and "  family   vllm: " in listed

@@ -7,6 +7,7 @@ format can be declared from real lines.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from kvdiag.analyzer.diagnosis import UnmatchedTemplate
 from kvdiag.analyzer.discovery.discover import discover
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit
 from kvdiag.analyzer.ingest.logs.format_pack import load_pack
+from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
 from kvdiag.analyzer.ingest.registry import INGESTERS_BY_KIND
 
 # The format packs of the log ingesters, as `--list` shows them.
@@ -104,3 +106,27 @@ def list_formats() -> None:
                 f"  event    {event.id} -> {event.table} (variants {variants}; "
                 f"{len(event.samples)} sample(s))"
             )
+    _list_metric_aliases()
+
+
+# The family an exposed name belongs to: its prefix (vllm:, sglang:, trtllm_, DCGM_FI_...).
+_FAMILY = re.compile(r"^([A-Za-z]+)[:_]")
+
+
+def _list_metric_aliases() -> None:
+    """The metric alias pack: exposed names per family, then each canonical metric's names."""
+    table = load_aliases()
+    families: dict[str, int] = {}
+    for metric in table.metrics:
+        for name in metric.names:
+            found = _FAMILY.match(name)
+            family = found.group(1) if found else name
+            families[family] = families.get(family, 0) + 1
+    click.echo(
+        f"metric_aliases: exposed /metrics names resolved to {len(table.metrics)} canonical "
+        "metrics (metric_aliases.toml)"
+    )
+    for family, count in sorted(families.items()):
+        click.echo(f"  family   {family}: {count} name(s)")
+    for metric in table.metrics:
+        click.echo(f"  metric   {metric.canonical} ({metric.type}) <- {', '.join(metric.names)}")
