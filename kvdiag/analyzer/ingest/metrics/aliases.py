@@ -19,7 +19,7 @@ from kvdiag.analyzer.errors import FormatPackError
 SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created", "_info")
 METRIC_TYPES = ("gauge", "counter", "histogram", "info", "summary")
 _METRIC_KEYS = {"names", "type", "unit", "doc", "samples", "range"}
-_TOP_KEYS = {"schema", "metric", "prefix_rewrites", "unit_ranges"}
+_TOP_KEYS = {"schema", "metric", "prefix_rewrites", "unit_ranges", "replica_labels"}
 Range = tuple[float, float]
 
 
@@ -38,6 +38,10 @@ class MetricAlias:
 class AliasTable:
     metrics: tuple[MetricAlias, ...]
     prefix_rewrites: tuple[tuple[str, str], ...]
+    # Labels naming the replica a series belongs to, first present wins; without any, the
+    # folder the file sits in. A series of one process about another (Dynamo's frontend
+    # gauges per worker) names that other by a label of its own.
+    replica_labels: tuple[str, ...] = ("instance",)
 
     def lookup_map(self) -> dict[str, tuple[str, str]]:
         """Exposed sample name -> (canonical, suffix), for every suffix a family can show."""
@@ -162,7 +166,10 @@ def parse_aliases(text: str, where: str) -> AliasTable:
             )
         )
     rewrites = tuple(raw.get("prefix_rewrites", {}).items())
-    return AliasTable(tuple(metrics), rewrites)
+    labels = raw.get("replica_labels", ["instance"])
+    if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+        raise FormatPackError(f"{where}: replica_labels must be a list of label names")
+    return AliasTable(tuple(metrics), rewrites, tuple(labels))
 
 
 def _range(value: object, where: str) -> Range:
