@@ -6,42 +6,71 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.conftest import FIXTURES, analyze_json
 from tests.metric_support import ingest, write
 
+IMBALANCE = FIXTURES / "dynamo-vllm-worker-imbalance" / "incident"
+NEAR_MISS = FIXTURES / "dynamo-vllm-workers-balanced-near-miss" / "incident"
+HOT, COLD = "7587890113224381697", "7587890113224381702"  # the fixture's worker_id folders
+
 # The frontend's router view of two workers, and the model card gauges (label `model`).
-FRONTEND = """\
+_TOTAL_HELP = "Total KV cache blocks available for a worker serving the model"
+FRONTEND = f"""\
 # HELP dynamo_frontend_worker_active_decode_blocks Active KV cache decode blocks per worker
 # TYPE dynamo_frontend_worker_active_decode_blocks gauge
-dynamo_frontend_worker_active_decode_blocks{dp_rank="0",worker_id="123",worker_type="decode"} 42
-dynamo_frontend_worker_active_decode_blocks{dp_rank="0",worker_id="456",worker_type="decode"} 3
-# HELP dynamo_frontend_model_total_kv_blocks Total KV cache blocks available for a worker serving the model
+dynamo_frontend_worker_active_decode_blocks{{dp_rank="0",worker_id="123",worker_type="decode"}} 42
+dynamo_frontend_worker_active_decode_blocks{{dp_rank="0",worker_id="456",worker_type="decode"}} 3
+# HELP dynamo_frontend_model_total_kv_blocks {_TOTAL_HELP}
 # TYPE dynamo_frontend_model_total_kv_blocks gauge
-dynamo_frontend_model_total_kv_blocks{model="Qwen/Qwen3-0.6B"} 12894
-"""
-# A worker's own scrape: kvstats carry no worker label, the folder names the worker.
-WORKER = """\
-# HELP dynamo_component_kvstats_gpu_cache_usage_percent GPU cache usage as a percentage (0.0-1.0)
-# TYPE dynamo_component_kvstats_gpu_cache_usage_percent gauge
-dynamo_component_kvstats_gpu_cache_usage_percent{dynamo_component="backend",dynamo_namespace="dynamo"} 0.5
+dynamo_frontend_model_total_kv_blocks{{model="Qwen/Qwen3-0.6B"}} 12894
 """
 
 
 def test_worker_id_names_the_replica_of_a_frontend_series(tmp_path: Path) -> None:
     write(tmp_path, "frontend/metrics.prom", FRONTEND)
     rows = ingest(tmp_path).table("metric_samples")
-    by_metric = {
-        (r["metric"], r["replica"]): r["value"] for r in rows.iter_rows(named=True)
-    }
+    by_metric = {(r["metric"], r["replica"]): r["value"] for r in rows.iter_rows(named=True)}
     assert by_metric[("router_active_decode_blocks", "123")] == 42
     assert by_metric[("router_active_decode_blocks", "456")] == 3
-    # a series about no worker stays with the folder it was saved in
-    assert by_metric[("kv_total_blocks", "frontend")] == 12894
+    # a series about no worker stays with its file's replica (no server log: the default)
+    assert by_metric[("kv_total_blocks", "default")] == 12894
 
 
-def test_worker_kvstats_belong_to_the_worker_folder(tmp_path: Path) -> None:
-    write(tmp_path, "worker-a/metrics.prom", WORKER)
-    write(tmp_path, "worker-b/metrics.prom", WORKER.replace("0.5", "0.9"))
-    rows = ingest(tmp_path).table("metric_samples")
-    got = {r["replica"]: r["value"] for r in rows.iter_rows(named=True)}
-    assert set(rows["metric"]) == {"kv_cache_usage"}
-    assert got == {"worker-a": 0.5, "worker-b": 0.9}
+def test_worker_kvstats_belong_to_the_worker_folder() -> None:
+    # each worker's own scrape carries no worker label: its folder (beside its log) names it
+    rows = ingest(IMBALANCE).table("metric_samples")
+    usage = rows.filter(rows["name"] == "dynamo_component_kvstats_gpu_cache_usage_percent")
+    assert set(usage["replica"]) == {HOT, COLD}
+    # and the frontend's router view of each worker lands on that same worker
+    routed = rows.filter(rows["metric"] == "router_active_decode_blocks")
+    assert set(routed["replica"]) == {HOT, COLD}
+
+
+def _remedies(doc: dict[str, object], code: str) -> list[str]:
+    findings = doc["findings"]
+    assert isinstance(findings, list)
+    return [r["action"] for f in findings if f["code"] == code for r in f["remediation"]]
+
+
+def test_fleet_is_dynamo_and_the_workers_stay_vllm() -> None:
+    _, doc = analyze_json(IMBALANCE)
+    facts = doc["facts"]
+    assert facts["fleet_engine"]["value"] == "dynamo"
+    assert facts["engine"]["value"] == "vllm"  # the workers' words stay vLLM's
+    imbalance = [f for f in doc["findings"] if f["code"] == "KV303"]
+    assert [f["replica"] for f in imbalance] == [HOT]
+    assert COLD in imbalance[0]["title"]
+    routing = " ".join(_remedies(doc, "KV303"))
+    assert "--router-mode kv" in routing and "--kv-overlap-score-weight" in routing
+    # remedies about the engine itself keep the engine's flags, not the router's
+    assert not any("--router" in r for r in _remedies(doc, "KV301"))
+
+
+def test_a_balanced_dynamo_fleet_is_no_imbalance() -> None:
+    _, doc = analyze_json(NEAR_MISS)
+    assert doc["facts"]["fleet_engine"]["value"] == "dynamo"
+    assert not [f for f in doc["findings"] if f["code"] == "KV303"]
+    assert sorted(r["replica"] for r in doc["fleet"]) == [
+        "7587890113224381711",
+        "7587890113224381716",
+    ]

@@ -287,8 +287,8 @@ def parse_heads(heads: pl.Series, aliases: AliasTable) -> tuple[pl.DataFrame, pl
 
     The first frame has head, head_id (0, 1, ... in this call), name (as exposed), metric,
     suffix, type, labels (all labels as a JSON object), series (the labels without `le`, as
-    JSON) and one column per LABEL_COLUMNS entry and replica label; the second has head, key, value for every
-    label (unescaped).
+    JSON) and one column per LABEL_COLUMNS entry and replica label; the second has head, key,
+    value for every label (unescaped).
     """
     frame = (
         pl.DataFrame({"head": heads.unique()})

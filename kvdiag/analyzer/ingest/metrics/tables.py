@@ -159,8 +159,9 @@ def _point_rows(points: pl.DataFrame) -> pl.DataFrame:
 
 def _series_rows(heads: pl.DataFrame) -> pl.DataFrame:
     """The store's series key (see SERIES_HINT) and what it names: within a batch every
-    column naming a row's series comes from its head (`name{labels}`; the replica is
-    the alias table's replica labels, else the builder's), and parse_heads numbers the distinct heads of a batch."""
+    column naming a row's series comes from its head (`name{labels}`; the replica is the
+    first of the alias table's replica labels present, else the builder's), and parse_heads
+    numbers the distinct heads of a batch."""
     engine = pl.col("label_engine")
     out = heads.select(
         pl.col("head_id").alias(SERIES_HINT),
