@@ -39,7 +39,7 @@ def test_worker_id_names_the_replica_of_a_frontend_series(tmp_path: Path) -> Non
 def test_worker_kvstats_belong_to_the_worker_folder() -> None:
     # each worker's own scrape carries no worker label: its folder (beside its log) names it
     rows = ingest(IMBALANCE).table("metric_samples")
-    usage = rows.filter(rows["name"] == "dynamo_component_kvstats_gpu_cache_usage_percent")
+    usage = rows.filter(rows["name"] == "dynamo_component_gpu_cache_usage_percent")
     assert set(usage["replica"]) == {HOT, COLD}
     # and the frontend's router view of each worker lands on that same worker
     routed = rows.filter(rows["metric"] == "router_active_decode_blocks")
