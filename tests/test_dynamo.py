@@ -60,6 +60,9 @@ def test_fleet_is_dynamo_and_the_workers_stay_vllm() -> None:
     imbalance = [f for f in doc["findings"] if f["code"] == "KV303"]
     assert [f["replica"] for f in imbalance] == [HOT]
     assert COLD in imbalance[0]["title"]
+    # the router's own count of each worker, cited from the frontend's scrape
+    routed = {e["path"].split("/")[0] for e in imbalance[0]["evidence"]}
+    assert "frontend" in routed
     routing = " ".join(_remedies(doc, "KV303"))
     assert "--router-mode kv" in routing and "--kv-overlap-score-weight" in routing
     # remedies about the engine itself keep the engine's flags, not the router's
