@@ -77,3 +77,12 @@ def test_a_balanced_dynamo_fleet_is_no_imbalance() -> None:
         "7587890113224381711",
         "7587890113224381716",
     ]
+
+
+def test_worker_id_of_other_families_names_no_replica(tmp_path: Path) -> None:
+    # LMCache labels its series worker_id = the TP rank: not a replica. Only Dynamo's
+    # families are split by it (replica_labels' prefixes).
+    line = 'vllm:kv_cache_usage_perc{engine="0",model_name="m",worker_id="1"} 0.5\n'
+    write(tmp_path, "one/metrics.prom", "# TYPE vllm:kv_cache_usage_perc gauge\n" + line)
+    rows = ingest(tmp_path).table("metric_samples")
+    assert rows["replica"].to_list() == ["default"]

@@ -303,7 +303,7 @@ def parse_heads(heads: pl.Series, aliases: AliasTable) -> tuple[pl.DataFrame, pl
         kv.filter(pl.col("key") != "le").str.join(",").alias("series"),
         *(
             pl.col("value").filter(pl.col("key") == k).first().alias(f"label_{k}")
-            for k in dict.fromkeys((*LABEL_COLUMNS, *aliases.replica_labels))
+            for k in dict.fromkeys((*LABEL_COLUMNS, *aliases.replica_label_names()))
         ),
     )
     out = frame.join(grouped, on="head", how="left").with_columns(

@@ -88,7 +88,12 @@ class SampleBuilder:
         (a row of `heads`, parse_heads' first frame), source_path, source_line, raw (at most
         MAX_RAW characters of the line, cut after its head where `tail` says so), ts, value
         and optionally `scrape`. What names a series is worked out once per head."""
-        named = [pl.col(f"label_{k}") for k in self.aliases.replica_labels]
+        named = [
+            pl.when(pl.any_horizontal(*(pl.col("name").str.starts_with(p) for p in prefixes))).then(
+                pl.col(f"label_{label}")
+            )
+            for label, prefixes in self.aliases.replica_labels
+        ]
         heads = heads.with_columns(pl.coalesce(*named, pl.lit(self.replica)).alias("replica"))
         return Resolved(
             _point_rows(points),
