@@ -86,3 +86,19 @@ def test_worker_id_of_other_families_names_no_replica(tmp_path: Path) -> None:
     write(tmp_path, "one/metrics.prom", "# TYPE vllm:kv_cache_usage_perc gauge\n" + line)
     rows = ingest(tmp_path).table("metric_samples")
     assert rows["replica"].to_list() == ["default"]
+
+
+def test_sglang_workers_keep_sglang_words_behind_dynamo(tmp_path: Path) -> None:
+    # Two SGLang workers (real logs of two fixtures) behind a Dynamo frontend: the fleet is
+    # Dynamo's, the words are SGLang's, and only the routing remedy speaks of the router.
+    for worker, fixture in (("w1", "sglang-saturation-queue"), ("w2", "sglang-healthy")):
+        log = FIXTURES / fixture / "incident" / "sglang-server.log"
+        write(tmp_path, f"{worker}/sglang-server.log", log.read_text())
+    write(tmp_path, "frontend/metrics.prom", FRONTEND)
+    _, doc = analyze_json(tmp_path)
+    assert doc["facts"]["engine"]["value"] == "sglang"
+    assert doc["facts"]["fleet_engine"]["value"] == "dynamo"
+    assert [f["replica"] for f in doc["findings"] if f["code"] == "KV303"] == ["w1"]
+    assert "--router-mode kv" in " ".join(_remedies(doc, "KV303"))
+    saturation = [f["title"] for f in doc["findings"] if f["code"] == "KV301"]
+    assert saturation and "retractions" in saturation[0]  # SGLang's word for preemptions
