@@ -19,7 +19,14 @@ from kvdiag.analyzer.diagnosis import (
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.support.episodes import best_source
 from kvdiag.rules.support.load_picture import points_by_replica, usage_evidence, waiting_evidence
-from kvdiag.rules.support.queries import col_max, first_max, histogram_mean
+from kvdiag.rules.support.queries import (
+    col_max,
+    first_max,
+    gauge,
+    histogram_mean,
+    replica_part,
+)
+from kvdiag.rules.support.vocabulary import fleet_phrase
 from kvdiag.rules.support.workload import pct
 
 # Settings that change a replica's capacity; replicas that differ here are not comparable.
@@ -113,14 +120,7 @@ class ReplicaImbalance(Rule):
                 f"; they served {hot.requests:,} and {cold.requests:,} requests "
                 f"({hot.requests / cold.requests:.1f}x)"
             )
-        remedies = [
-            Remedy(
-                "balance by outstanding requests (least-loaded), drop session stickiness, "
-                "stop retry storms",
-                f"replica {cold.name} had room while {hot.name} queued: look at the load "
-                "balancer before adding GPUs",
-            )
-        ]
+        remedies = [_balance(ctx, hot, cold)]
         severity = Severity.WARNING
         if drift:
             title += f"; configured differently: {'; '.join(drift)}"
@@ -132,7 +132,35 @@ class ReplicaImbalance(Rule):
         ]
         if hot.waiting_row is not None:
             ev.insert(1, waiting_evidence(ctx, hot.waiting_row))
+        ev += _router_evidence(ctx, [hot.name, cold.name])
         return ctx.finding(title, ev, remedies, severity=severity, replica=hot.name)
+
+
+def _balance(ctx: RuleContext, hot: _Replica, cold: _Replica) -> Remedy:
+    """The balancing remedy, in the router's words when a framework (Dynamo) routed the fleet."""
+    routed = fleet_phrase(ctx, "balance")
+    why = fleet_phrase(ctx, "balance_why")
+    if routed and why:
+        return Remedy(routed, why.format(hot=hot.name, cold=cold.name))
+    return Remedy(
+        "balance by outstanding requests (least-loaded), drop session stickiness, "
+        "stop retry storms",
+        f"replica {cold.name} had room while {hot.name} queued: look at the load "
+        "balancer before adding GPUs",
+    )
+
+
+def _router_evidence(ctx: RuleContext, names: list[str]) -> list[Evidence]:
+    """What the router itself counted on each worker at its peak (Dynamo's KV router, where
+    its frontend was scraped): the view it chose workers by while one of them filled."""
+    metric = "router_active_decode_blocks"
+    rows = gauge(ctx, metric)
+    out = []
+    for name in names:
+        peak = first_max(replica_part(ctx, ("gauge", metric, None), rows, name), "value")
+        if peak is not None:
+            out.append(ctx.evidence(peak, f"router's active decode blocks [{name}]", peak["value"]))
+    return out
 
 
 def _summary(ctx: RuleContext, name: str, part: pl.DataFrame) -> _Replica:

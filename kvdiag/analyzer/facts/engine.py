@@ -1,5 +1,8 @@
 """Engine identity facts: which engine, and which device its KV pool lives on.
 
+A Dynamo folder is a fleet: the `fleet_engine` fact says "dynamo" and `engine` stays the
+workers' engine (vLLM, SGLang), so every rule keeps speaking that engine's words.
+
 A folder may hold more than one engine (vLLM and SGLang run on the same hardware to compare
 their pools): the `engine` fact is then one fact per engine, scoped by engine and citing the
 first input that shows it, and the facts that differ per engine carry the same scope.
@@ -34,7 +37,25 @@ def engines(reader: StoreReader) -> dict[str, SourceRef]:
     return found
 
 
+# A fleet served through NVIDIA Dynamo: its frontend, router, workers and KV block manager
+# expose `dynamo_*` and `kvbm_*` families. Dynamo is not the engine: each worker runs vLLM,
+# SGLang or TensorRT-LLM, whose words the rules keep (the `engine` fact and the replica's own).
+_FLEET_QUERY = (
+    "SELECT min(source_path) FROM metric_samples "
+    "WHERE starts_with(name, 'dynamo_') OR starts_with(name, 'kvbm_')"
+)
+
+
+def fleet_engine(reader: StoreReader) -> SourceRef | None:
+    """The first file showing the folder is a Dynamo fleet, if it is one."""
+    path = reader.scalar(_FLEET_QUERY)
+    return SourceRef(str(path)) if path else None
+
+
 def engine_facts(reader: StoreReader, facts: Facts) -> None:
+    if (fleet := fleet_engine(reader)) is not None:
+        note = "NVIDIA Dynamo frontend and workers; each worker's engine is the engine fact"
+        facts["fleet_engine"] = Fact("dynamo", None, fleet, note)
     found = engines(reader)
     if len(found) == 1:
         facts["engine"] = Fact(next(iter(found)), None, None)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from kvdiag.analyzer.diagnosis import Fact
 from kvdiag.analyzer.facts.engine import engine_of_replica
 from kvdiag.domain.settings import EngineSettings, engine_settings
 from kvdiag.rules.base import RuleContext
@@ -103,6 +104,23 @@ def vocabulary(ctx: RuleContext, replica: str | None = None) -> Vocabulary:
     """The words of the engine that ran (the replica's, when the folder holds several)."""
     engine = engine_of_replica(ctx.store, ctx.facts, replica or "default")
     return vocabularies().get(engine or DEFAULT_ENGINE, vocabularies()[DEFAULT_ENGINE])
+
+
+@cache
+def _fleets() -> dict[str, dict[str, str]]:
+    text = resources.files("kvdiag.rules.support").joinpath("vocabulary.toml").read_text()
+    raw = tomllib.loads(text).get("fleets", {})
+    return {name: _table(spec["phrases"]) for name, spec in raw.items()}
+
+
+def fleet_phrase(ctx: RuleContext, key: str) -> str | None:
+    """A routing remedy in the words of the framework that routed the fleet (Dynamo's
+    router flags), None when no framework did (the folder's replicas were balanced by
+    something kvdiag cannot see)."""
+    fact = ctx.facts.get("fleet_engine")
+    if not isinstance(fact, Fact):
+        return None
+    return _fleets().get(str(fact.value), {}).get(key)
 
 
 def two_engines(ctx: RuleContext, replica: str) -> bool:

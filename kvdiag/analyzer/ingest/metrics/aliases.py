@@ -19,7 +19,7 @@ from kvdiag.analyzer.errors import FormatPackError
 SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created", "_info")
 METRIC_TYPES = ("gauge", "counter", "histogram", "info", "summary")
 _METRIC_KEYS = {"names", "type", "unit", "doc", "samples", "range"}
-_TOP_KEYS = {"schema", "metric", "prefix_rewrites", "unit_ranges"}
+_TOP_KEYS = {"schema", "metric", "prefix_rewrites", "unit_ranges", "replica_labels"}
 Range = tuple[float, float]
 
 
@@ -38,6 +38,15 @@ class MetricAlias:
 class AliasTable:
     metrics: tuple[MetricAlias, ...]
     prefix_rewrites: tuple[tuple[str, str], ...]
+    # Labels naming the replica a series belongs to, each for the families whose exposed name
+    # starts with one of its prefixes ("" for all), the first present winning; without any,
+    # the folder the file sits in. A series of one process about another (Dynamo's frontend
+    # gauges per worker) names that other by a label of its own, which other families use
+    # for something else (LMCache's worker_id is the TP rank): hence the prefixes.
+    replica_labels: tuple[tuple[str, tuple[str, ...]], ...] = (("instance", ("",)),)
+
+    def replica_label_names(self) -> tuple[str, ...]:
+        return tuple(label for label, _ in self.replica_labels)
 
     def lookup_map(self) -> dict[str, tuple[str, str]]:
         """Exposed sample name -> (canonical, suffix), for every suffix a family can show."""
@@ -162,7 +171,12 @@ def parse_aliases(text: str, where: str) -> AliasTable:
             )
         )
     rewrites = tuple(raw.get("prefix_rewrites", {}).items())
-    return AliasTable(tuple(metrics), rewrites)
+    labels = raw.get("replica_labels", {"instance": [""]})
+    if not isinstance(labels, dict) or not all(
+        isinstance(p, list) and all(isinstance(x, str) for x in p) for p in labels.values()
+    ):
+        raise FormatPackError(f"{where}: replica_labels maps a label to a list of name prefixes")
+    return AliasTable(tuple(metrics), rewrites, tuple((k, tuple(v)) for k, v in labels.items()))
 
 
 def _range(value: object, where: str) -> Range:

@@ -287,8 +287,8 @@ def parse_heads(heads: pl.Series, aliases: AliasTable) -> tuple[pl.DataFrame, pl
 
     The first frame has head, head_id (0, 1, ... in this call), name (as exposed), metric,
     suffix, type, labels (all labels as a JSON object), series (the labels without `le`, as
-    JSON) and one column per LABEL_COLUMNS entry; the second has head, key, value for every
-    label (unescaped).
+    JSON) and one column per LABEL_COLUMNS entry and replica label; the second has head, key,
+    value for every label (unescaped).
     """
     frame = (
         pl.DataFrame({"head": heads.unique()})
@@ -303,7 +303,7 @@ def parse_heads(heads: pl.Series, aliases: AliasTable) -> tuple[pl.DataFrame, pl
         kv.filter(pl.col("key") != "le").str.join(",").alias("series"),
         *(
             pl.col("value").filter(pl.col("key") == k).first().alias(f"label_{k}")
-            for k in LABEL_COLUMNS
+            for k in dict.fromkeys((*LABEL_COLUMNS, *aliases.replica_label_names()))
         ),
     )
     out = frame.join(grouped, on="head", how="left").with_columns(

@@ -88,9 +88,13 @@ class SampleBuilder:
         (a row of `heads`, parse_heads' first frame), source_path, source_line, raw (at most
         MAX_RAW characters of the line, cut after its head where `tail` says so), ts, value
         and optionally `scrape`. What names a series is worked out once per head."""
-        heads = heads.with_columns(
-            pl.coalesce(pl.col("label_instance"), pl.lit(self.replica)).alias("replica")
-        )
+        named = [
+            pl.when(pl.any_horizontal(*(pl.col("name").str.starts_with(p) for p in prefixes))).then(
+                pl.col(f"label_{label}")
+            )
+            for label, prefixes in self.aliases.replica_labels
+        ]
+        heads = heads.with_columns(pl.coalesce(*named, pl.lit(self.replica)).alias("replica"))
         return Resolved(
             _point_rows(points),
             _series_rows(heads),
@@ -160,8 +164,9 @@ def _point_rows(points: pl.DataFrame) -> pl.DataFrame:
 
 def _series_rows(heads: pl.DataFrame) -> pl.DataFrame:
     """The store's series key (see SERIES_HINT) and what it names: within a batch every
-    column naming a row's series comes from its head (`name{labels}`; the replica is
-    `instance` or the builder's), and parse_heads numbers the distinct heads of a batch."""
+    column naming a row's series comes from its head (`name{labels}`; the replica is the
+    first of the alias table's replica labels present, else the builder's), and parse_heads
+    numbers the distinct heads of a batch."""
     engine = pl.col("label_engine")
     out = heads.select(
         pl.col("head_id").alias(SERIES_HINT),
