@@ -9,6 +9,7 @@ from kvdiag.analyzer.ingest.config.model_config import ModelConfigIngester
 from kvdiag.analyzer.ingest.gpu.nvidia_smi import NvidiaSmiIngester
 from kvdiag.analyzer.ingest.logs.sglang import SglangLogIngester
 from kvdiag.analyzer.ingest.logs.tgi import TgiLogIngester
+from kvdiag.analyzer.ingest.logs.trtllm import TrtllmLogIngester
 from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
 from kvdiag.analyzer.ingest.metrics.api_export import PromApiIngester
 from kvdiag.analyzer.ingest.metrics.exposition import PromTextIngester
@@ -19,6 +20,7 @@ INGESTERS: tuple[type[Ingester], ...] = (
     VllmLogIngester,
     SglangLogIngester,
     TgiLogIngester,
+    TrtllmLogIngester,
     PromTextIngester,
     NvidiaSmiIngester,
     ModelConfigIngester,
