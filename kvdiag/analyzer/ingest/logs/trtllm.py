@@ -33,7 +33,8 @@ ENGINE = "trtllm"
 # TensorRT-LLM's own logger prefixes (C++ and Python): no other engine prints them.
 _HEADER = re.compile(
     r"(?m)^(?:\S.*?)?(?:\[TensorRT-LLM\]\[(?:TRACE|DEBUG|INFO|WARNING|ERROR)\] "
-    r"|\[TRT-LLM\] (?:\[(?:MPI_Rank|RANK) \d+\] )?\[[FEWIVD]\] |\[TensorRT-LLM\] TensorRT-LLM version: )"
+    r"|\[TRT-LLM\] (?:\[(?:MPI_Rank|RANK) \d+\] )?\[[FEWIVD]\] "
+    r"|\[TensorRT-LLM\] TensorRT-LLM version: )"
 )
 _SNIFF_LINES = 400
 _QUOTED = 65  # a pasted fragment: TensorRT-LLM messages without the logger prefix
@@ -138,9 +139,7 @@ def _profiling_passes(frames: dict[str, pl.DataFrame]) -> list[tuple[str, int, i
     passes = []
     for path, end in ends.iter_rows():
         before = [
-            line
-            for p, line in [*starts.iter_rows(), *ends.iter_rows()]
-            if p == path and line < end
+            line for p, line in [*starts.iter_rows(), *ends.iter_rows()] if p == path and line < end
         ]
         passes.append((str(path), max(before, default=0), int(end)))
     return passes
@@ -174,8 +173,10 @@ def _as_profiling(moved: list[pl.DataFrame]) -> pl.DataFrame:
 
 def _needed_length(frame: pl.DataFrame) -> pl.DataFrame:
     """The 0.5-0.9 refusal's length of one sequence: tokensPerBlock x maxBlocksPerSeq."""
-    if "message" not in frame.columns or "max_model_len" not in frame.columns:
+    if "message" not in frame.columns:
         return frame
+    if "max_model_len" not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, pl.Int64).alias("max_model_len"))
     parts = pl.col("message").str.extract_groups(_NEEDED.pattern)
     product = parts.struct.field("1").cast(pl.Int64) * parts.struct.field("2").cast(pl.Int64)
     return frame.with_columns(pl.coalesce(pl.col("max_model_len"), product).alias("max_model_len"))
