@@ -118,6 +118,8 @@ def _release(held: dict[str, list[pl.DataFrame]]) -> Iterator[TableBatch]:
             frame = frame.with_columns(pl.lit(ENGINE).alias("engine"))
         if name == "log_capacity_errors":
             frame = _needed_length(frame)
+        if name == "log_kv_pool":
+            frame = _pool_tokens(frame)
         if frame.height:
             yield TableBatch(name, frame)
     if any(m.height for m in moved):
@@ -180,3 +182,17 @@ def _needed_length(frame: pl.DataFrame) -> pl.DataFrame:
     parts = pl.col("message").str.extract_groups(_NEEDED.pattern)
     product = parts.struct.field("1").cast(pl.Int64) * parts.struct.field("2").cast(pl.Int64)
     return frame.with_columns(pl.coalesce(pl.col("max_model_len"), product).alias("max_model_len"))
+
+
+def _pool_tokens(frame: pl.DataFrame) -> pl.DataFrame:
+    """The window line's pool in tokens: primary blocks x tokens per block (the KV cache
+    manager's own maxNumTokens; its [MemUsageChange] line prints the same product)."""
+    if not {"blocks", "block_size", "event"} <= set(frame.columns):
+        return frame
+    if "tokens" not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, pl.Int64).alias("tokens"))
+    product = pl.col("blocks") * pl.col("block_size")
+    stated = pl.col("event") == "trtllm_window_blocks"
+    return frame.with_columns(
+        pl.when(stated).then(pl.coalesce("tokens", product)).otherwise("tokens").alias("tokens")
+    )
