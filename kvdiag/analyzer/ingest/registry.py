@@ -15,6 +15,7 @@ from kvdiag.analyzer.ingest.metrics.api_export import PromApiIngester
 from kvdiag.analyzer.ingest.metrics.exposition import PromTextIngester
 from kvdiag.analyzer.ingest.metrics.grafana_csv import GrafanaCsvIngester
 from kvdiag.analyzer.ingest.metrics.scrape_log import ScrapeLogIngester
+from kvdiag.analyzer.ingest.metrics.trtllm_stats import TrtllmStatsIngester
 
 INGESTERS: tuple[type[Ingester], ...] = (
     VllmLogIngester,
@@ -28,6 +29,7 @@ INGESTERS: tuple[type[Ingester], ...] = (
     ClientRequestsIngester,
     ScrapeLogIngester,
     PromApiIngester,
+    TrtllmStatsIngester,
     GrafanaCsvIngester,
 )
 
