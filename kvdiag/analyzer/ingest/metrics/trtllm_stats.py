@@ -100,20 +100,21 @@ class TrtllmStatsIngester(Ingester):
         yield tally.account(rel)
 
 
-_SCHEMA = {
-    "source_path": pl.String,
-    "source_line": pl.Int64,
-    "raw": pl.String,
+_SCHEMA: dict[str, pl.DataType] = {
+    "source_path": pl.String(),
+    "source_line": pl.Int64(),
+    "raw": pl.String(),
     "ts": pl.Datetime("us"),
-    "head": pl.String,
-    "value": pl.Float64,
+    "head": pl.String(),
+    "value": pl.Float64(),
 }
 
 
 def _entries(text: str) -> tuple[list[tuple[int, dict[str, Any]]], tuple[int, str] | None]:
     """(line, entry) of every iteration: the text is one or more JSON lists or objects (polls
     appended). Parsing stops at the first value that is not JSON, which is reported."""
-    decoder, out, pos = json.JSONDecoder(), [], 0
+    decoder, pos = json.JSONDecoder(), 0
+    out: list[tuple[int, dict[str, Any]]] = []
     while (pos := _skip(text, pos)) < len(text):
         if text[pos] == "[":
             pos = _skip(text, pos + 1)
@@ -149,7 +150,8 @@ def _samples(
 ) -> Iterator[tuple[Any, ...]]:
     ts = _entry_time(entry.get("timestamp")) or fallback
     where = f"iter {entry.get('iter', '?')}"
-    kv = entry.get("kvCacheStats") if isinstance(entry.get("kvCacheStats"), dict) else {}
+    found = entry.get("kvCacheStats")
+    kv: dict[str, Any] = found if isinstance(found, dict) else {}
     for source, keys in ((entry, _TOP), (kv, _KV)):
         for key, name in keys:
             value = source.get(key)
