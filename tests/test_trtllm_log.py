@@ -211,3 +211,9 @@ def test_remedies_are_phrased_in_trtllms_flags() -> None:
     assert words_of.name("gpu_memory_utilization") == "free_gpu_memory_fraction"
     assert "--kv_cache_free_gpu_memory_fraction" in words_of.phrase("grow_pool")
     assert words_of.explicit_pool.flag == "kv_cache_config.max_tokens"
+
+
+def test_the_year_note_says_the_stamps_carry_their_own() -> None:
+    _, account = ingest(SERVE_LOG)
+    assert "TensorRT-LLM's own stamps" in " ".join(account.notes)
+    assert not any(n.startswith("year ") for n in account.notes)

@@ -3,8 +3,9 @@
 Reading, repairs, line accounting and the event tables are the vLLM ingester's
 (`VllmLogIngester.ingest` with `formats/trtllm_log.toml`); this module adds what TensorRT-LLM
 states differently:
-- the Python logger's stamp is `MM/DD/YYYY-HH:MM:SS` (logging's asctime with TRT-LLM's datefmt,
-  the server's local time with its year), which the shared timestamp reader does not take;
+- the Python logger's stamp is `MM/DD/YYYY-HH:MM:SS` (logging's asctime with TRT-LLM's datefmt)
+  and the newer C++ logger's `MM-DD-YYYY HH:MM:SS.ffffff`, the server's local time with its
+  year, which the shared timestamp reader does not take;
 - the PyTorch backend sizes its KV cache twice: a small cache for a profiling pass (its pool
   lines, its executor limits and the windows it cut describe that temporary cache), then,
   after "Estimated max memory in KV cache", the real one. Rows of the profiling pass are kept
@@ -17,6 +18,7 @@ states differently:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 
@@ -38,7 +40,11 @@ _HEADER = re.compile(
 )
 _SNIFF_LINES = 400
 _QUOTED = 65  # a pasted fragment: TensorRT-LLM messages without the logger prefix
-_STAMP = r"^\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d$"
+# The Python logger's asctime, and the newer C++ logger's getCurrentTimestamp.
+_STAMPS = (
+    (r"^\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d$", "%m/%d/%Y-%H:%M:%S"),
+    (r"^\d\d-\d\d-\d{4} \d\d:\d\d:\d\d\.\d{6}$", "%m-%d-%Y %H:%M:%S%.f"),
+)
 _PROFILING_END = "trtllm_kv_estimate"  # after this line the KV cache is rebuilt at full size
 _PASS_START = "banner"  # a new process: a profiling pass never spans a restart
 # Tables whose rows of the profiling pass describe the temporary cache, not the server's.
@@ -80,22 +86,47 @@ class TrtllmLogIngester(VllmLogIngester):
             if isinstance(emit, TableBatch):
                 held.setdefault(emit.table, []).append(_dated(emit.frame))
             elif isinstance(emit, Account):
+                stamped = _own_stamps(held)
                 yield from _release(held)
                 held = {}
-                yield emit
+                yield dataclasses.replace(emit, notes=_year_note(emit.notes, stamped))
             else:
                 yield emit
         yield from _release(held)
 
 
+def _own_stamps(held: dict[str, list[pl.DataFrame]]) -> bool:
+    """Some row was timed by TensorRT-LLM's own stamp (which prints its year)."""
+    shapes = "|".join(shape for shape, _ in _STAMPS)
+    return any(
+        "ts_raw" in f.columns and bool(f["ts_raw"].str.contains(shapes).any())
+        for frames in held.values()
+        for f in frames
+    )
+
+
+def _year_note(notes: tuple[str, ...], stamped: bool) -> tuple[str, ...]:
+    """The shared reader's note on where a year came from is about stamps without one;
+    TensorRT-LLM's own stamps print theirs (the server's local time, read as UTC)."""
+    if not stamped:
+        return notes
+    own = "times from TensorRT-LLM's own stamps (with their year; the server's local time)"
+    return tuple(own if n.startswith("year ") else n for n in notes)
+
+
 def _dated(frame: pl.DataFrame) -> pl.DataFrame:
-    """`ts` from the Python logger's MM/DD/YYYY-HH:MM:SS where no other stamp gave one."""
+    """`ts` from TensorRT-LLM's own stamps (MM/DD/YYYY-HH:MM:SS, MM-DD-YYYY HH:MM:SS.ffffff)
+    where no other stamp gave one."""
     if "ts" not in frame.columns or "ts_raw" not in frame.columns:
         return frame
     raw = pl.col("ts_raw")
-    own = raw.str.strptime(pl.Datetime("us"), "%m/%d/%Y-%H:%M:%S", strict=False)
-    own = pl.when(raw.str.contains(_STAMP)).then(own)
-    return frame.with_columns(pl.coalesce(pl.col("ts"), own).alias("ts"))
+    own = [
+        pl.when(raw.str.contains(shape)).then(
+            raw.str.strptime(pl.Datetime("us"), fmt, strict=False)
+        )
+        for shape, fmt in _STAMPS
+    ]
+    return frame.with_columns(pl.coalesce(pl.col("ts"), *own).alias("ts"))
 
 
 def _release(held: dict[str, list[pl.DataFrame]]) -> Iterator[TableBatch]:
