@@ -81,6 +81,8 @@ def test_the_cut_window_is_the_servers_and_the_settings_are_trtllms() -> None:
     assert got["max_model_len"] == "86720"  # restated after the cut, the profiling value gone
     assert got["max_num_seqs"] == "64" and got["max_num_batched_tokens"] == "8192"
     assert got["block_size"] == "32"
+    # "fraction is set 0.8999999761581421": the float32 the YAML's 0.9 was stored as
+    assert got["free_gpu_memory_fraction"] == "0.9"
 
 
 def test_the_python_loggers_stamp_times_the_line() -> None:

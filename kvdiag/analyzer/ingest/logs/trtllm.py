@@ -25,6 +25,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from kvdiag.analyzer.ingest.base import Account, Emit, IngestContext, InputUnit, TableBatch
+from kvdiag.analyzer.ingest.logs.config_rows import CONFIG_COLUMNS
 from kvdiag.analyzer.ingest.logs.format_pack import load_pack
 from kvdiag.analyzer.ingest.logs.steps import lines_frame, parse_batch
 from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
@@ -49,6 +50,8 @@ _PROFILING_END = "trtllm_kv_estimate"  # after this line the KV cache is rebuilt
 _PASS_START = "banner"  # a new process: a profiling pass never spans a restart
 # Tables whose rows of the profiling pass describe the temporary cache, not the server's.
 _PASS_TABLES = ("log_kv_pool", "log_capacity_errors", "log_engine", "config")
+# The profiling line prints the fraction as the float32 it is stored in (0.8999999761581421).
+_FRACTION = r"fraction is set (\d+(?:\.\d+)?)"
 _NEEDED = re.compile(r"tokensPerBlock \((\d+)\) \* maxBlocksPerSeq \((\d+)\)")
 
 
@@ -155,6 +158,9 @@ def _release(held: dict[str, list[pl.DataFrame]]) -> Iterator[TableBatch]:
             yield TableBatch(name, frame)
     if any(m.height for m in moved):
         yield TableBatch("log_memory", _as_profiling(moved))
+    fraction = _fraction_rows(frames.get("log_memory"))
+    if fraction.height:
+        yield TableBatch("config", fraction)
 
 
 def _profiling_passes(frames: dict[str, pl.DataFrame]) -> list[tuple[str, int, int]]:
@@ -227,3 +233,23 @@ def _pool_tokens(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(
         pl.when(stated).then(pl.coalesce("tokens", product)).otherwise("tokens").alias("tokens")
     )
+
+
+def _fraction_rows(memory: pl.DataFrame | None) -> pl.DataFrame:
+    """free_gpu_memory_fraction from the profiling line, as a config row: the setting in
+    effect (the YAML's kv_cache_config.free_gpu_memory_fraction or the flag), printed as a
+    float32 and stated here to six significant digits (0.8999999761581421 -> 0.9)."""
+    schema = {c: pl.Int64 if c == "source_line" else pl.String for c in CONFIG_COLUMNS}
+    if memory is None or "event" not in memory.columns:
+        return pl.DataFrame(schema=schema)
+    rows = memory.filter(pl.col("event") == "trtllm_profiling_peak").with_columns(
+        pl.col("raw").str.extract(_FRACTION, 1).cast(pl.Float64, strict=False).alias("_f")
+    )
+    rows = rows.filter(pl.col("_f").is_not_null()).head(1)
+    value = [f"{f:.6g}" for f in rows["_f"].to_list()]
+    return rows.with_columns(
+        pl.lit("free_gpu_memory_fraction").alias("key"),
+        pl.Series("value", value, pl.String),
+        pl.lit("log").alias("origin"),
+        pl.lit(ENGINE).alias("engine"),
+    ).select(list(schema))
