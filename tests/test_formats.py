@@ -202,7 +202,7 @@ def test_every_bundled_pack_compiles_in_polars_as_loaded() -> None:
     packs = sorted(
         f.name[: -len(".toml")] for f in formats.iterdir() if f.name.endswith("_log.toml")
     )
-    assert packs == ["sglang_log", "tgi_log", "vllm_log"]
+    assert packs == ["sglang_log", "tgi_log", "trtllm_log", "vllm_log"]
     for name in packs:
         text = (formats / f"{name}.toml").read_text(encoding="utf-8")
         assert parse_pack(text, f"formats/{name}.toml", check_polars=True) == load_pack(name)

@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any
 
 # Engines with a table, in the order a bare argument list that fits several is read as.
-ENGINES = ("vllm", "sglang")
+ENGINES = ("vllm", "sglang", "trtllm")
 TYPES = frozenset({"float", "int", "human_int", "str", "bool", "true"})
 SWITCH_TYPES = frozenset({"bool", "true"})
 _FIELDS = frozenset(

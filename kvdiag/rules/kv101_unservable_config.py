@@ -128,6 +128,14 @@ class UnservableConfig(Rule):
                 f"The pool holds {fmt_tokens(row['pool_tokens'])} tokens, fewer than the context "
                 f"length {fmt_tokens(want)}: one full-length request cannot fit{fits}"
             )
+        if row["event"] == "trtllm_window_reduced":
+            # A warning, not a refusal: TensorRT-LLM cuts the window and max_seq_len and runs.
+            length = vocabulary(ctx).name("max_model_len")
+            title = (
+                f"The engine cut {length} from {fmt_tokens(want)} to {fmt_tokens(fit or 0)}: "
+                f"the pool holds fewer tokens than one request of {fmt_tokens(want)}; "
+                "longer requests are refused"
+            )
         if fit:
             yield ctx.compare(
                 "one request of max_model_len vs the pool",

@@ -25,7 +25,7 @@ from kvdiag.analyzer.ingest.text.source import GZIP_MAGIC
 
 DEFAULT_REPLICA = "default"
 # A first-level folder holding one of these is a replica (a scrape log is not a server).
-SERVER_LOG_KINDS = frozenset({"vllm_log", "sglang_log"})
+SERVER_LOG_KINDS = frozenset({"vllm_log", "sglang_log", "trtllm_log"})
 _HEAD_BYTES = 65536
 REDACTION_SUMMARY = "REDACTED.md"  # written by `kvdiag redact` into its bundles
 _PEEK_BYTES = 512  # enough for the archive test (tar's magic sits at byte 257)

@@ -17,11 +17,11 @@ from kvdiag.analyzer.facts.base import Facts, ref
 from kvdiag.analyzer.store.database import StoreReader
 
 # The engine that wrote a log row: the kind of the input its file was read as.
-ENGINE_OF_INPUT = "nullif(regexp_extract(kind, '^(vllm|sglang|tgi)_log$', 1), '')"
+ENGINE_OF_INPUT = "nullif(regexp_extract(kind, '^(vllm|sglang|tgi|trtllm)_log$', 1), '')"
 _ENGINE_QUERIES = (
     # (engine, first file) from each kind of input: server logs, metric names, launch records
     f"SELECT {ENGINE_OF_INPUT} AS e, min(path) AS p FROM inputs WHERE status = 'used' GROUP BY e",
-    "SELECT nullif(regexp_extract(name, '^(?:ray_)?(vllm|sglang):', 1), '') AS e, "
+    "SELECT nullif(regexp_extract(name, '^(?:ray_)?(vllm|sglang|trtllm)[:_]', 1), '') AS e, "
     "min(source_path) AS p FROM metric_samples GROUP BY e",
     "SELECT engine AS e, min(source_path) AS p FROM config GROUP BY e",
 )

@@ -9,16 +9,19 @@ from kvdiag.analyzer.ingest.config.model_config import ModelConfigIngester
 from kvdiag.analyzer.ingest.gpu.nvidia_smi import NvidiaSmiIngester
 from kvdiag.analyzer.ingest.logs.sglang import SglangLogIngester
 from kvdiag.analyzer.ingest.logs.tgi import TgiLogIngester
+from kvdiag.analyzer.ingest.logs.trtllm import TrtllmLogIngester
 from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
 from kvdiag.analyzer.ingest.metrics.api_export import PromApiIngester
 from kvdiag.analyzer.ingest.metrics.exposition import PromTextIngester
 from kvdiag.analyzer.ingest.metrics.grafana_csv import GrafanaCsvIngester
 from kvdiag.analyzer.ingest.metrics.scrape_log import ScrapeLogIngester
+from kvdiag.analyzer.ingest.metrics.trtllm_stats import TrtllmStatsIngester
 
 INGESTERS: tuple[type[Ingester], ...] = (
     VllmLogIngester,
     SglangLogIngester,
     TgiLogIngester,
+    TrtllmLogIngester,
     PromTextIngester,
     NvidiaSmiIngester,
     ModelConfigIngester,
@@ -26,6 +29,7 @@ INGESTERS: tuple[type[Ingester], ...] = (
     ClientRequestsIngester,
     ScrapeLogIngester,
     PromApiIngester,
+    TrtllmStatsIngester,
     GrafanaCsvIngester,
 )
 

@@ -8,7 +8,7 @@ from kvdiag.analyzer.store.database import StoreReader
 # (input kinds any of which supplies it, what is missing, what it would have decided, layers)
 EXPECTED_INPUTS: tuple[tuple[tuple[str, ...], str, str, tuple[int, ...]], ...] = (
     (
-        ("vllm_log", "sglang_log", "tgi_log"),
+        ("vllm_log", "sglang_log", "tgi_log", "trtllm_log"),
         "no server log",
         "start-up pool sizing, memory profiling and capacity errors; the engine's own stats lines",
         (1, 3),
