@@ -34,7 +34,7 @@ def test_sample_line_resolves_to_its_metric(tmp_path: Path, canonical: str, line
 
 def test_every_metric_has_a_sample_for_each_engine_prefix() -> None:
     for m in TABLE.metrics:
-        # an engine's `name:` prefix, dcgm-exporter's, Dynamo's component ones, TensorRT-LLM's trtllm_ (issue 32)
+        # an engine's `name:` prefix, dcgm-exporter's, Dynamo's, TensorRT-LLM's (issue 32)
         engine = r"^([a-z]+:|DCGM_|dynamo_[a-z]+_|kvbm_|trtllm_)"
         prefixes = {re.match(engine, n).group(1) for n in m.names}  # type: ignore[union-attr]
         sampled = {

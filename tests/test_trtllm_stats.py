@@ -57,8 +57,8 @@ def test_the_documented_example_is_read_under_the_servers_prometheus_names(
     samples, _, account = ingest(path)
     got = dict(zip(samples["metric"], samples["value"], strict=True))
     kv = json.loads(DOC_EXAMPLE)[0]["kvCacheStats"]
-    assert got["kv_pool_blocks"] == kv["maxNumBlocks"]
-    assert got["kv_used_blocks"] == kv["usedNumBlocks"]
+    assert got["kv_total_blocks"] == kv["maxNumBlocks"]
+    assert got["kv_active_blocks"] == kv["usedNumBlocks"]
     assert got["kv_free_blocks"] == kv["freeNumBlocks"]
     assert got["kv_block_size"] == kv["tokensPerBlock"]
     assert got["prefix_cache_hit_rate"] == kv["cacheHitRate"]
