@@ -4,6 +4,7 @@ paste of ai-dynamo/dynamo#2704)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from tests.conftest import FIXTURES, analyze_json
@@ -77,6 +78,18 @@ def test_a_balanced_dynamo_fleet_is_no_imbalance() -> None:
         "7587890113224381711",
         "7587890113224381716",
     ]
+
+
+def test_workers_scraped_without_logs_are_still_the_replicas(tmp_path: Path) -> None:
+    """A fleet saved as one folder of /metrics files per worker, no server log at all: each
+    worker's folder is a replica, and the frontend's folder (no load of its own) is none."""
+    shutil.copytree(IMBALANCE, tmp_path / "fleet")
+    for log in (tmp_path / "fleet").rglob("server.log"):
+        log.unlink()
+    _, doc = analyze_json(tmp_path / "fleet")
+    assert doc["verdict"]["primary"] == "replica_imbalance"
+    assert sorted(r["replica"] for r in doc["fleet"]) == sorted([HOT, COLD])
+    assert [f["replica"] for f in doc["findings"] if f["code"] == "KV303"] == [HOT]
 
 
 def test_worker_id_of_other_families_names_no_replica(tmp_path: Path) -> None:

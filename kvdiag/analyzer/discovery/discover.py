@@ -25,7 +25,11 @@ from kvdiag.analyzer.ingest.text.source import GZIP_MAGIC
 
 DEFAULT_REPLICA = "default"
 # A first-level folder holding one of these is a replica (a scrape log is not a server).
-SERVER_LOG_KINDS = frozenset({"vllm_log", "sglang_log", "trtllm_log"})
+SERVER_LOG_KINDS = frozenset({"vllm_log", "sglang_log", "trtllm_log", "tgi_log"})
+# Without any server log, a first-level folder of one server's own scrapes is a replica: a
+# fleet saved as one folder of /metrics files per worker (Dynamo's workers, each scraped on
+# its own port) has nothing else that tells the workers apart.
+SCRAPE_KINDS = frozenset({"prom_text", "trtllm_stats"})
 _HEAD_BYTES = 65536
 REDACTION_SUMMARY = "REDACTED.md"  # written by `kvdiag redact` into its bundles
 _PEEK_BYTES = 512  # enough for the archive test (tar's magic sits at byte 257)
@@ -325,17 +329,28 @@ def _set_aside(entry: _Entry, rel: str, why: str) -> InputRecord:
 
 
 def _replica_dirs(groups: dict[tuple[str, str], list[tuple[str, str, int]]]) -> set[str]:
-    """First-level folders that each hold inputs: one replica per folder when there are two+."""
-    tops = {
-        rel.split("/", 1)[0] for members in groups.values() for _, rel, _ in members if "/" in rel
-    }
-    with_logs = {
-        t
+    """First-level folders that each hold a server's log, one replica each when there are two+;
+    without a server log anywhere, first-level folders of scrapes."""
+    with_logs = _tops_holding(groups, SERVER_LOG_KINDS)
+    if len(with_logs) >= 2:
+        return with_logs
+    if any(kind in SERVER_LOG_KINDS for kind, _ in groups):
+        return set()
+    with_scrapes = _tops_holding(groups, SCRAPE_KINDS)
+    return with_scrapes if len(with_scrapes) >= 2 else set()
+
+
+def _tops_holding(
+    groups: dict[tuple[str, str], list[tuple[str, str, int]]], kinds: frozenset[str]
+) -> set[str]:
+    """First-level folders holding an input of one of these kinds."""
+    return {
+        rel.split("/", 1)[0]
         for (kind, _), members in groups.items()
+        if kind in kinds
         for _, rel, _ in members
-        if "/" in rel and (t := rel.split("/", 1)[0]) in tops and kind in SERVER_LOG_KINDS
+        if "/" in rel
     }
-    return with_logs if len(with_logs) >= 2 else set()
 
 
 def _unit(
