@@ -266,4 +266,26 @@ LOG_TABLES: tuple[Table, ...] = (
             ("max_tokens", "BIGINT", "max_tokens requested"),
         ),
     ),
+    Table(
+        "log_kv_connector",
+        "KV connector lines (LMCache inside vLLM): per-request lookups, stores and loads "
+        "of the second KV tier, in the connector's own words.",
+        LOG_ENVELOPE
+        + cols(
+            ("event", "VARCHAR", "lookup | store_start | stored | retrieved"),
+            ("connector", "VARCHAR", "the connector that printed the line: lmcache"),
+            ("request_id", "VARCHAR", "request id, where printed"),
+            ("tokens", "BIGINT", "the request's tokens (Total tokens, out of total N)"),
+            (
+                "computed_tokens",
+                "BIGINT",
+                "tokens vLLM's own prefix cache already had (Inference Engine computed tokens)",
+            ),
+            ("hit_tokens", "BIGINT", "tokens the connector found (LMCache hit tokens, Retrieved)"),
+            ("load_tokens", "BIGINT", "tokens it must load into the GPU (need to load, required)"),
+            ("stored_tokens", "BIGINT", "tokens stored (Stored N, Storing KV cache for N)"),
+            ("gib", "DOUBLE", "size of the KV moved, GiB as printed (gb)"),
+            ("ms", "DOUBLE", "time the transfer took, ms"),
+        ),
+    ),
 )
