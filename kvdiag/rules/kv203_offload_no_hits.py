@@ -26,6 +26,11 @@ class OffloadNoHits(Rule):
     under `low_load` of what it stored (CPU_to_GPU vs GPU_to_CPU bytes) when the connector
     reports no token counts. Every store costs a GPU->CPU copy and pinned host memory: a
     tier that never hits is overhead, the answer to "KV offload to CPU gives 0 % hits".
+
+    LMCache is judged in its own numbers (facts/lmcache.py): the tokens it stored (at least
+    `min_stored_tokens`; multi-process LMCache counts only completed stores) against the
+    prompt tokens its lookups were asked for and found, from its metrics, or from its log
+    lines when none were scraped; the finding names LMCache and quotes its log line.
     """
 
     code = "KV203"
@@ -119,7 +124,7 @@ class OffloadNoHits(Rule):
 def _connector_hits(ctx: RuleContext, tier: ConnectorTier) -> Iterator[Finding | Comparison]:
     """A KV connector (LMCache) judged in its own numbers: tokens stored, looked up, found."""
     stored, lookups, rate = tier.stored_tokens, tier.lookup_tokens, tier.hit_rate
-    if stored is None or lookups is None or rate is None:
+    if lookups is None or rate is None:
         return
     name = tier.connector
     yield ctx.compare(
@@ -131,25 +136,36 @@ def _connector_hits(ctx: RuleContext, tier: ConnectorTier) -> Iterator[Finding |
         f"{name}'s hit tokens / lookup tokens over the window (its {tier.origin})",
         threshold=True,
     )
-    if stored.value < ctx.threshold("min_stored_tokens"):
+    if not _stored_enough(ctx, tier):
         return
     if lookups.value < ctx.threshold("min_queries") or rate >= ctx.threshold("low_hit"):
         return
-    evidence = [
-        _ev(ctx, stored, f"{name} stored tokens"),
-        _ev(ctx, lookups, f"{name} lookup tokens"),
-    ]
+    evidence = [_ev(ctx, lookups, f"{name} lookup tokens")]
+    if stored is not None:
+        evidence.insert(0, _ev(ctx, stored, f"{name} stored tokens"))
+        what = f"stored {fmt_tokens(stored.value)} tokens"
+    else:
+        assert tier.store_requests is not None  # _stored_enough
+        evidence.insert(0, _ev(ctx, tier.store_requests, f"{name} stores"))
+        what = f"completed {tier.store_requests.value:,.0f} stores"
     if tier.hit_tokens is not None:
         evidence.append(_ev(ctx, tier.hit_tokens, f"{name} hit tokens"))
     if tier.origin == "metrics" and (line := last_log_line(ctx, "lookup")) is not None:
         # the connector's own words for one request, beside its counters
         evidence.append(ctx.evidence(line, f"{name} hit tokens (log)", line["hit_tokens"]))
     title = (
-        f"{name} stored {fmt_tokens(stored.value)} tokens over the window but its lookups "
+        f"{name} {what} over the window but its lookups "
         f"found almost none: {rate:.1%} of {fmt_tokens(lookups.value)} prompt tokens looked "
         f"up were in {name}. The stores cost GPU->CPU copies and {name}'s memory for nothing"
     )
     yield ctx.finding(title, evidence, _connector_remedies(name))
+
+
+def _stored_enough(ctx: RuleContext, tier: ConnectorTier) -> bool:
+    """Enough stores to judge hits: tokens where counted, else any completed store."""
+    if tier.stored_tokens is not None:
+        return tier.stored_tokens.value >= ctx.threshold("min_stored_tokens")
+    return tier.store_requests is not None and tier.store_requests.value > 0
 
 
 def _connector_remedies(name: str) -> list[Remedy]:

@@ -35,6 +35,8 @@ class ConnectorTier:
     stored_tokens: Counted | None
     lookup_tokens: Counted | None
     hit_tokens: Counted | None
+    # Multi-process LMCache counts store transfers, not tokens: the stores it completed.
+    store_requests: Counted | None = None
 
     @property
     def hit_rate(self) -> float | None:
@@ -49,8 +51,9 @@ def lmcache_tier(reader: SqlReader) -> ConnectorTier | None:
     stored = counted_increase(samples(reader, "lmcache_stored_tokens", "total"), "")
     lookups = counted_increase(samples(reader, "lmcache_lookup_tokens", "total"), "")
     hits = counted_increase(samples(reader, "lmcache_lookup_hit_tokens", "total"), "")
+    stores = counted_increase(samples(reader, "lmcache_store_requests", "total"), "")
     if stored is not None or lookups is not None:
-        return ConnectorTier(CONNECTOR, "metrics", stored, lookups, hits)
+        return ConnectorTier(CONNECTOR, "metrics", stored, lookups, hits, stores)
     return _from_log(reader)
 
 
