@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kvdiag.analyzer.facts.base import Facts
+from kvdiag.analyzer.facts.connector import connector_facts
 from kvdiag.analyzer.facts.engine import device_facts, engine_facts
 from kvdiag.analyzer.facts.gpu import gpu_memory_facts
 from kvdiag.analyzer.facts.kv import model_kv_facts, pool_completion_facts
@@ -34,6 +35,7 @@ FINDERS: tuple[Callable[[StoreReader, Facts], None], ...] = (
     bytes_per_token_facts,
     offload_facts,
     lmcache_facts,
+    connector_facts,
 )
 
 
