@@ -59,3 +59,27 @@ def test_no_connector_lines_make_no_connector_facts(tmp_path: Path) -> None:
     write(tmp_path, "server.log", _PREFILL_LOG.splitlines()[0] + "\n")
     facts = _facts(tmp_path)
     assert not {"kv_connector", "kv_blocks_expired", "offload_store_refusals"} & set(facts)
+
+
+def _residency(count: float, lifetime: float, idle: float, gap: float) -> str:
+    m = 'engine="0",model_name="m"'
+    return "".join(
+        f"# TYPE vllm:{name}_seconds histogram\n"
+        f"vllm:{name}_seconds_sum{{{m}}} {total}\nvllm:{name}_seconds_count{{{m}}} {count}\n"
+        for name, total in (
+            ("kv_block_lifetime", lifetime),
+            ("kv_block_idle_before_evict", idle),
+            ("kv_block_reuse_gap", gap),
+        )
+    )
+
+
+def test_block_residency_means_come_from_the_window_increase(tmp_path: Path) -> None:
+    # --kv-cache-metrics (0.12+): the first scrape's totals are before the window
+    write(tmp_path, "metrics/1773136800.000.prom", _residency(100, 500.0, 50.0, 900.0))
+    write(tmp_path, "metrics/1773136810.000.prom", _residency(140, 700.0, 90.0, 1500.0))
+    facts = _facts(tmp_path)
+    assert facts["kv_block_lifetime_mean_s"].value == 5.0
+    assert facts["kv_block_idle_before_evict_mean_s"].value == 1.0
+    assert facts["kv_block_reuse_gap_mean_s"].value == 15.0
+    assert "40 sampled blocks" in (facts["kv_block_reuse_gap_mean_s"].note or "")

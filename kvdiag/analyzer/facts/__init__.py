@@ -19,6 +19,7 @@ from kvdiag.analyzer.facts.lmcache import lmcache_facts
 from kvdiag.analyzer.facts.load import load_facts, preemption_facts
 from kvdiag.analyzer.facts.offload import offload_facts
 from kvdiag.analyzer.facts.pool import bytes_per_token_facts, pool_facts
+from kvdiag.analyzer.facts.residency import residency_facts
 from kvdiag.analyzer.facts.settings import setting_facts
 from kvdiag.analyzer.store.database import StoreReader
 
@@ -36,6 +37,7 @@ FINDERS: tuple[Callable[[StoreReader, Facts], None], ...] = (
     offload_facts,
     lmcache_facts,
     connector_facts,
+    residency_facts,
 )
 
 
