@@ -46,7 +46,7 @@ def test_a_vllm_log_with_lmcache_lines_is_one_vllm_log_fully_parsed() -> None:
     rows = got.table("log_kv_connector")
     lines = NO_HITS.joinpath("server.log").read_text().splitlines()
     assert rows.height == sum(" LMCache INFO: " in line for line in lines)
-    assert set(rows["event"]) == {"lookup", "store_start", "stored"}
+    assert set(rows["event"]) == {"config", "lookup", "store_start", "stored"}
     assert rows["level"].unique().to_list() == ["INFO"]
     assert rows["ts"].null_count() == 0  # LMCache's own date stamps the line
 
@@ -120,3 +120,17 @@ def test_multi_process_lmcache_that_hits_is_not_a_finding(tmp_path: Path) -> Non
     diagnosis = _run(tmp_path)
     assert _facts(diagnosis)["lmcache_hit_rate"] == 0.3
     assert not [f for f in diagnosis.findings if f.code == "KV203"]
+
+
+def test_layer_1_shows_lmcache_cpu_cache_beside_the_gpu_kv_memory() -> None:
+    text = NO_HITS.joinpath("server.log").read_text()
+    cpu = float(re.findall(r"'max_local_cpu_size': ([\d.]+)", text)[0])
+    gpu = float(re.findall(r"Available KV cache memory: ([\d.]+) GiB", text)[0])
+    diagnosis = _run(NO_HITS)
+    (layer1,) = [layer for layer in diagnosis.reconciliation if layer.layer == 1]
+    rows = {c.quantity: c for c in layer1.comparisons}
+    beside = rows["LMCache local CPU cache vs the GPU KV memory (per GPU)"]
+    assert (beside.expected, beside.observed) == (gpu, cpu)
+    held = rows["LMCache local CPU cache held at its peak"]
+    assert held.expected == cpu and 0 < held.observed <= cpu
+    assert {s.path for s in held.sources} == {"server.log", "metrics/1759903860.000.prom"}

@@ -56,23 +56,7 @@ class OffloadNoHits(Rule):
         tier = ctx.store.memo("offload_tier", lambda: offload_tier(ctx))
         if not tier.present:
             return
-        yield from self._pool(ctx, tier)
         yield from self._hits(ctx, tier)  # bytes of vLLM's own offload connector
-
-    def _pool(self, ctx: RuleContext, tier: OffloadTier) -> Iterator[Comparison]:
-        """Layer 1 sees the second tier: its size beside the GPU pool."""
-        if tier.tier_tokens is None:
-            return
-        tokens, row = tier.tier_tokens
-        gpu = ctx.fact("pool_tokens")
-        yield ctx.compare(
-            "CPU offload tier vs the GPU pool",
-            gpu.value if gpu is not None and isinstance(gpu.value, int | float) else None,
-            tokens,
-            "tokens",
-            [gpu, ctx.evidence(row, "cpu_kv_cache_size_tokens", tokens)],
-            "expected: the GPU pool; the second tier holds what the GPU pool evicts",
-        )
 
     def _hits(self, ctx: RuleContext, tier: OffloadTier) -> Iterator[Finding | Comparison]:
         stored = tier.stored_bytes
