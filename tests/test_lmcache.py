@@ -134,3 +134,18 @@ def test_layer_1_shows_lmcache_cpu_cache_beside_the_gpu_kv_memory() -> None:
     held = rows["LMCache local CPU cache held at its peak"]
     assert held.expected == cpu and 0 < held.observed <= cpu
     assert {s.path for s in held.sources} == {"server.log", "metrics/1759903860.000.prom"}
+
+
+def test_a_lookup_still_running_is_not_counted_twice(tmp_path: Path) -> None:
+    # vLLM's vendored adapter prints 'hit tokens: None.' and looks the request up again
+    head = "(EngineCore_DP0 pid=286) {} 10-08 06:10:0{} [vllm_v1_adapter.py:{}] Reqid: r1, "
+    write(
+        tmp_path,
+        "server.log",
+        head.format("DEBUG", 1, 1210)
+        + "Total tokens 20000, LMCache hit tokens: None.\n"
+        + head.format("INFO", 2, 1227)
+        + "Total tokens 20000, LMCache hit tokens: 0, need to load: 0\n",
+    )
+    facts = _facts(_run(tmp_path))
+    assert facts["lmcache_lookup_tokens"] == 20_000

@@ -57,12 +57,15 @@ def lmcache_tier(reader: SqlReader) -> ConnectorTier | None:
     return _from_log(reader)
 
 
-# Each process sums its own lines; with tensor parallelism every worker rank prints its
-# stores, so the busiest process stands for the tier (the ranks store the same tokens).
+# A lookup still running prints `LMCache hit tokens: None.` and is looked up again: only
+# finished lookups count. Each process sums its own lines; with tensor parallelism every
+# worker rank prints its stores, so the busiest process stands for the tier (the ranks
+# store the same tokens).
 _LOG_SUMS = """
 SELECT process, count(*) AS n, sum({col}) AS total, max(source_line) AS last_line,
        arg_max(source_path, source_line) AS source_path, arg_max(raw, source_line) AS raw
 FROM log_kv_connector WHERE connector = 'lmcache' AND event = ? AND {col} IS NOT NULL
+  AND (event <> 'lookup' OR hit_tokens IS NOT NULL)
 GROUP BY process ORDER BY total DESC, process LIMIT 1
 """
 
