@@ -83,3 +83,17 @@ def test_block_residency_means_come_from_the_window_increase(tmp_path: Path) -> 
     assert facts["kv_block_idle_before_evict_mean_s"].value == 1.0
     assert facts["kv_block_reuse_gap_mean_s"].value == 15.0
     assert "40 sampled blocks" in (facts["kv_block_reuse_gap_mean_s"].note or "")
+
+
+def test_recomputed_prompt_tokens_are_a_fact_only_when_some_were(tmp_path: Path) -> None:
+    def scrape(n: float) -> str:
+        return (
+            "# TYPE vllm:prompt_tokens_recomputed_total counter\n"
+            f'vllm:prompt_tokens_recomputed_total{{engine="0",model_name="m"}} {n}\n'
+        )
+
+    write(tmp_path, "metrics/1773136800.000.prom", scrape(100))
+    write(tmp_path, "metrics/1773136810.000.prom", scrape(100))
+    assert "prompt_tokens_recomputed" not in _facts(tmp_path)
+    write(tmp_path, "metrics/1773136820.000.prom", scrape(4196))
+    assert _facts(tmp_path)["prompt_tokens_recomputed"].value == 4096

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from kvdiag.analyzer.diagnosis import Fact
 from kvdiag.analyzer.facts.base import Facts, ref
-from kvdiag.analyzer.facts.samples import SqlReader
+from kvdiag.analyzer.facts.offload import counted_increase
+from kvdiag.analyzer.facts.samples import SqlReader, samples
 
 _NAMES = {
     "lmcache": "LMCache",
@@ -47,7 +48,9 @@ _FACTS = {
 
 
 def connector_facts(reader: SqlReader, facts: Facts) -> None:
-    """kv_connector, kv_blocks_expired, kv_transfer_failures, offload_store_refusals."""
+    """kv_connector, kv_blocks_expired, kv_transfer_failures, offload_store_refusals,
+    prompt_tokens_recomputed."""
+    _recomputed(reader, facts)
     named = reader.sql(_CONNECTOR)
     if named.is_empty():
         return
@@ -62,3 +65,14 @@ def connector_facts(reader: SqlReader, facts: Facts) -> None:
         if count["blocks"] is not None:
             note += f"; {int(count['blocks']):,} blocks"
         facts[key] = Fact(int(count["requests"] or count["n"]), "requests", ref(count), note)
+
+
+def _recomputed(reader: SqlReader, facts: Facts) -> None:
+    """vllm:prompt_tokens_recomputed (0.19.1): cached tokens computed again, e.g. after a KV
+    load from a connector failed; a fact only when some were."""
+    counted = counted_increase(samples(reader, "prompt_tokens_recomputed", "total"), "")
+    if counted is not None and counted.value > 0:
+        note = f"cached prompt tokens computed again ({counted.note})"
+        facts["prompt_tokens_recomputed"] = Fact(
+            int(counted.value), "tokens", ref(counted.row), note
+        )
