@@ -140,9 +140,11 @@ def test_sample_sources_name_where_they_came_from() -> None:
         samples += [s for st in pack.envelope for s in st.samples]
         for s in samples:
             assert s.source, s.line
-            # Real lines name their file under ../shared/realdata or the repo's recorded
-            # fixtures; the others say how they were built.
+            # Real lines name their file under ../shared/realdata, the repo's recorded
+            # fixtures, or the public thread they were pasted in (github:OWNER/REPO#N, for
+            # engines no file under ../shared holds yet); the others say how they were built.
             real = s.source.startswith(("issues/", "vllm-cpu/", "../shared/", "fixtures/"))
+            real = real or re.match(r"github:[\w.-]+/[\w.-]+#\d+", s.source) is not None
             assert real or s.source.startswith("constructed"), s.source
 
 

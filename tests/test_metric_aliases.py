@@ -34,8 +34,8 @@ def test_sample_line_resolves_to_its_metric(tmp_path: Path, canonical: str, line
 
 def test_every_metric_has_a_sample_for_each_engine_prefix() -> None:
     for m in TABLE.metrics:
-        # an engine's `name:` prefix, dcgm-exporter's, Dynamo's, TensorRT-LLM's (issue 32)
-        engine = r"^([a-z]+:|DCGM_|dynamo_[a-z]+_|kvbm_|trtllm_)"
+        # an engine's `name:` prefix, dcgm-exporter's, Dynamo's, others' `name_` (issue 32)
+        engine = r"^([a-z]+:|DCGM_|dynamo_[a-z]+_|[a-z]+_)"
         prefixes = {re.match(engine, n).group(1) for n in m.names}  # type: ignore[union-attr]
         sampled = {
             p for p in prefixes if any(s.removeprefix("ray_").startswith(p) for s in m.samples)

@@ -26,6 +26,7 @@ from kvdiag.rules.support.refusals import (
     advised_changes,
     first_sentence,
 )
+from kvdiag.rules.support.second_tier import second_tier
 from kvdiag.rules.support.vocabulary import vocabulary
 from kvdiag.rules.support.workload import fmt_tokens
 
@@ -69,6 +70,10 @@ class UnservableConfig(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterable[Finding | Comparison | RuledOut]:
+        yield from self._pool(ctx)
+        yield from second_tier(ctx)  # a CPU tier beside the pool, where one is stated
+
+    def _pool(self, ctx: RuleContext) -> Iterator[Finding | Comparison | RuledOut]:
         refusals = ctx.sql(
             "SELECT * FROM log_capacity_errors WHERE max_model_len IS NOT NULL "
             "AND (estimated_max_len IS NOT NULL OR pool_tokens IS NOT NULL "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from kvdiag.analyzer.diagnosis import Comparison, Evidence, Finding, Remedy, RuledOut, Severity
+from kvdiag.analyzer.facts.lmcache import ConnectorTier, last_log_line, lmcache_tier
 from kvdiag.analyzer.facts.offload import Counted, OffloadTier, offload_tier
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.support.ledger import fmt_gib
@@ -25,6 +26,11 @@ class OffloadNoHits(Rule):
     under `low_load` of what it stored (CPU_to_GPU vs GPU_to_CPU bytes) when the connector
     reports no token counts. Every store costs a GPU->CPU copy and pinned host memory: a
     tier that never hits is overhead, the answer to "KV offload to CPU gives 0 % hits".
+
+    LMCache is judged in its own numbers (facts/lmcache.py): the tokens it stored (at least
+    `min_stored_tokens`; multi-process LMCache counts only completed stores) against the
+    prompt tokens its lookups were asked for and found, from its metrics, or from its log
+    lines when none were scraped; the finding names LMCache and quotes its log line.
     """
 
     code = "KV203"
@@ -38,29 +44,19 @@ class OffloadNoHits(Rule):
         Threshold("low_load", 0.01, "ratio", "bytes loaded back / bytes stored"),
         Threshold("min_stored_mib", 64.0, "MiB", "stores needed before hits are judged"),
         Threshold("min_queries", 10_000.0, "tokens", "lookups needed before hits are judged"),
+        Threshold(
+            "min_stored_tokens", 10_000.0, "tokens", "connector stores before hits are judged"
+        ),
     )
 
     def check(self, ctx: RuleContext) -> Iterable[Finding | Comparison | RuledOut]:
+        connector = ctx.store.memo("lmcache_tier", lambda: lmcache_tier(ctx))
+        if connector is not None:
+            yield from _connector_hits(ctx, connector)
         tier = ctx.store.memo("offload_tier", lambda: offload_tier(ctx))
         if not tier.present:
             return
-        yield from self._pool(ctx, tier)
-        yield from self._hits(ctx, tier)
-
-    def _pool(self, ctx: RuleContext, tier: OffloadTier) -> Iterator[Comparison]:
-        """Layer 1 sees the second tier: its size beside the GPU pool."""
-        if tier.tier_tokens is None:
-            return
-        tokens, row = tier.tier_tokens
-        gpu = ctx.fact("pool_tokens")
-        yield ctx.compare(
-            "CPU offload tier vs the GPU pool",
-            gpu.value if gpu is not None and isinstance(gpu.value, int | float) else None,
-            tokens,
-            "tokens",
-            [gpu, ctx.evidence(row, "cpu_kv_cache_size_tokens", tokens)],
-            "expected: the GPU pool; the second tier holds what the GPU pool evicts",
-        )
+        yield from self._hits(ctx, tier)  # bytes of vLLM's own offload connector
 
     def _hits(self, ctx: RuleContext, tier: OffloadTier) -> Iterator[Finding | Comparison]:
         stored = tier.stored_bytes
@@ -107,6 +103,74 @@ class OffloadNoHits(Rule):
             "for nothing"
         )
         yield ctx.finding(title, evidence, _remedies(ctx))
+
+
+def _connector_hits(ctx: RuleContext, tier: ConnectorTier) -> Iterator[Finding | Comparison]:
+    """A KV connector (LMCache) judged in its own numbers: tokens stored, looked up, found."""
+    stored, lookups, rate = tier.stored_tokens, tier.lookup_tokens, tier.hit_rate
+    if lookups is None or rate is None:
+        return
+    name = tier.connector
+    yield ctx.compare(
+        f"{name} hit rate",
+        ctx.threshold("low_hit"),
+        round(rate, 4),
+        "ratio",
+        [_ev(ctx, lookups, f"{name} lookup tokens")],
+        f"{name}'s hit tokens / lookup tokens over the window (its {tier.origin})",
+        threshold=True,
+    )
+    if not _stored_enough(ctx, tier):
+        return
+    if lookups.value < ctx.threshold("min_queries") or rate >= ctx.threshold("low_hit"):
+        return
+    evidence = [_ev(ctx, lookups, f"{name} lookup tokens")]
+    if stored is not None:
+        evidence.insert(0, _ev(ctx, stored, f"{name} stored tokens"))
+        what = f"stored {fmt_tokens(stored.value)} tokens"
+    else:
+        assert tier.store_requests is not None  # _stored_enough
+        evidence.insert(0, _ev(ctx, tier.store_requests, f"{name} stores"))
+        what = f"completed {tier.store_requests.value:,.0f} stores"
+    if tier.hit_tokens is not None:
+        evidence.append(_ev(ctx, tier.hit_tokens, f"{name} hit tokens"))
+    if tier.origin == "metrics" and (line := last_log_line(ctx, "lookup")) is not None:
+        # the connector's own words for one request, beside its counters
+        evidence.append(ctx.evidence(line, f"{name} hit tokens (log)", line["hit_tokens"]))
+    title = (
+        f"{name} {what} over the window but its lookups "
+        f"found almost none: {rate:.1%} of {fmt_tokens(lookups.value)} prompt tokens looked "
+        f"up were in {name}. The stores cost GPU->CPU copies and {name}'s memory for nothing"
+    )
+    yield ctx.finding(title, evidence, _connector_remedies(name))
+
+
+def _stored_enough(ctx: RuleContext, tier: ConnectorTier) -> bool:
+    """Enough stores to judge hits: tokens where counted, else any completed store."""
+    if tier.stored_tokens is not None:
+        return tier.stored_tokens.value >= ctx.threshold("min_stored_tokens")
+    return tier.store_requests is not None and tier.store_requests.value > 0
+
+
+def _connector_remedies(name: str) -> list[Remedy]:
+    return [
+        Remedy(
+            "check that requests share prefixes the GPU pool has already evicted",
+            f"{name} only hits when a later prompt repeats a prefix it stored (in whole "
+            "chunks); unique prompts, or a GPU prefix cache that keeps every shared prefix, "
+            "leave nothing for it to serve",
+        ),
+        Remedy(
+            f"turn {name} off (drop its kv_connector from kv_transfer_config) or keep it "
+            "for the workloads that repeat prefixes",
+            f"every store is a GPU->CPU copy of the request's KV and holds {name}'s CPU memory",
+        ),
+        Remedy(
+            "if the prefixes are shared, route requests with the same prefix to the same "
+            f"replica, or give {name} a shared remote backend",
+            f"a local {name} CPU cache serves only its own instance",
+        ),
+    ]
 
 
 def _ev(ctx: RuleContext, counted: Counted, what: str) -> Evidence:

@@ -11,12 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kvdiag.analyzer.facts.base import Facts
+from kvdiag.analyzer.facts.connector import connector_facts
 from kvdiag.analyzer.facts.engine import device_facts, engine_facts
 from kvdiag.analyzer.facts.gpu import gpu_memory_facts
 from kvdiag.analyzer.facts.kv import model_kv_facts, pool_completion_facts
+from kvdiag.analyzer.facts.lmcache import lmcache_facts
 from kvdiag.analyzer.facts.load import load_facts, preemption_facts
 from kvdiag.analyzer.facts.offload import offload_facts
 from kvdiag.analyzer.facts.pool import bytes_per_token_facts, pool_facts
+from kvdiag.analyzer.facts.residency import residency_facts
 from kvdiag.analyzer.facts.settings import setting_facts
 from kvdiag.analyzer.store.database import StoreReader
 
@@ -32,6 +35,9 @@ FINDERS: tuple[Callable[[StoreReader, Facts], None], ...] = (
     preemption_facts,
     bytes_per_token_facts,
     offload_facts,
+    lmcache_facts,
+    connector_facts,
+    residency_facts,
 )
 
 

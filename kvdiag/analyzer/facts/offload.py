@@ -64,7 +64,7 @@ class OffloadTier:
         return self.stored_bytes is not None or self.loaded_bytes is not None or queried
 
 
-def _counted(frame: pl.DataFrame, what: str) -> Counted | None:
+def counted_increase(frame: pl.DataFrame, what: str) -> Counted | None:
     if frame.is_empty():
         return None
     last = frame.row(frame.height - 1, named=True)
@@ -98,8 +98,12 @@ def offload_tier(reader: SqlReader) -> OffloadTier:
     flat_load = samples(reader, "kv_offload_load_bytes", "total")
     legacy = samples(reader, "kv_offload_transfer_bytes", "total")
     legacy_note = " {transfer_type=%s}"
-    stored = _counted(flat_store, "") or _counted(_of_type(legacy, _STORE), legacy_note % _STORE)
-    loaded = _counted(flat_load, "") or _counted(_of_type(legacy, _LOAD), legacy_note % _LOAD)
+    stored = counted_increase(flat_store, "") or counted_increase(
+        _of_type(legacy, _STORE), legacy_note % _STORE
+    )
+    loaded = counted_increase(flat_load, "") or counted_increase(
+        _of_type(legacy, _LOAD), legacy_note % _LOAD
+    )
     if stored is not None and loaded is None and (flat_store.height or legacy.height):
         # The connector registers both directions at start-up; a direction never scraped
         # under a scraped family moved nothing.
@@ -108,8 +112,8 @@ def offload_tier(reader: SqlReader) -> OffloadTier:
     return OffloadTier(
         stored,
         loaded,
-        _counted(samples(reader, "external_prefix_cache_queries", "total"), ""),
-        _counted(samples(reader, "external_prefix_cache_hits", "total"), ""),
+        counted_increase(samples(reader, "external_prefix_cache_queries", "total"), ""),
+        counted_increase(samples(reader, "external_prefix_cache_hits", "total"), ""),
         _info_label(info, "cpu_kv_cache_size_bytes"),
         _info_label(info, "cpu_kv_cache_size_tokens"),
     )

@@ -266,4 +266,41 @@ LOG_TABLES: tuple[Table, ...] = (
             ("max_tokens", "BIGINT", "max_tokens requested"),
         ),
     ),
+    Table(
+        "log_kv_connector",
+        "KV connector lines: LMCache's per-request lookups, stores and loads of the second "
+        "KV tier, the connector named at start-up, and P/D transfers that failed or held "
+        "blocks until they expired (NIXL, Mooncake, MoRIIO, the offloading connector).",
+        LOG_ENVELOPE
+        + cols(
+            (
+                "event",
+                "VARCHAR",
+                "lookup | store_start | stored | retrieved | init | blocks_expired | "
+                "transfer_failed | store_failed",
+            ),
+            (
+                "connector",
+                "VARCHAR",
+                "the connector that printed the line: lmcache | nixl | mooncake | moriio | "
+                "offloading",
+            ),
+            ("request_id", "VARCHAR", "request id, where printed"),
+            ("tokens", "BIGINT", "the request's tokens (Total tokens, out of total N)"),
+            (
+                "computed_tokens",
+                "BIGINT",
+                "tokens vLLM's own prefix cache already had (Inference Engine computed tokens)",
+            ),
+            ("hit_tokens", "BIGINT", "tokens the connector found (LMCache hit tokens, Retrieved)"),
+            ("load_tokens", "BIGINT", "tokens it must load into the GPU (need to load, required)"),
+            ("stored_tokens", "BIGINT", "tokens stored (Stored N, Storing KV cache for N)"),
+            ("gib", "DOUBLE", "size of the KV moved, GiB as printed (gb)"),
+            ("ms", "DOUBLE", "time the transfer took, ms"),
+            ("blocks", "BIGINT", "KV blocks the line counts (a store the tier refused ...)"),
+            ("workers", "INTEGER", "remote (decode) workers that read the blocks before expiry"),
+            ("seconds", "DOUBLE", "a timeout or lease the line states, seconds"),
+            ("state", "VARCHAR", "the transfer's state or error as printed"),
+        ),
+    ),
 )

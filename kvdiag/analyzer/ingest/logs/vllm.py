@@ -165,6 +165,7 @@ class VllmLogIngester(Ingester):
         "log_http",
         "log_http_counts",
         "log_requests",
+        "log_kv_connector",
         "config",
     )
     pack_name = "vllm_log"
