@@ -13,6 +13,7 @@ from collections.abc import Callable
 from kvdiag.analyzer.facts.base import Facts
 from kvdiag.analyzer.facts.connector import connector_facts
 from kvdiag.analyzer.facts.engine import device_facts, engine_facts
+from kvdiag.analyzer.facts.engine_life import prompt_source_facts, sleep_facts
 from kvdiag.analyzer.facts.gpu import gpu_memory_facts
 from kvdiag.analyzer.facts.kv import model_kv_facts, pool_completion_facts
 from kvdiag.analyzer.facts.lmcache import lmcache_facts
@@ -38,6 +39,8 @@ FINDERS: tuple[Callable[[StoreReader, Facts], None], ...] = (
     lmcache_facts,
     connector_facts,
     residency_facts,
+    prompt_source_facts,
+    sleep_facts,
 )
 
 
