@@ -100,6 +100,9 @@ def _launcher_args(rows: pl.DataFrame) -> Iterator[TableBatch]:
     """The Args rows with their fields as JSON, a config row per field the pack's own
     mapping does not state, and the pool of a pre-1.0 launcher."""
     args = rows.filter(pl.col("event") == _ARGS_EVENT)
+    if args.is_empty():  # other log_engine events (prefix caching, defaulted settings) only
+        yield TableBatch("log_engine", rows)
+        return
     decoded = [parse_args(text or "") for text in args["args"].to_list()]
     rows = rows.with_columns(
         pl.when(pl.col("event") == _ARGS_EVENT)
@@ -108,13 +111,12 @@ def _launcher_args(rows: pl.DataFrame) -> Iterator[TableBatch]:
         .alias("args")
     )
     yield TableBatch("log_engine", rows)
-    if args.height:
-        config = _config_rows(args, decoded)
-        if config.height:
-            yield TableBatch("config", config)
-        pool = _pool_rows(args, decoded)
-        if pool.height:
-            yield TableBatch("log_kv_pool", pool)
+    config = _config_rows(args, decoded)
+    if config.height:
+        yield TableBatch("config", config)
+    pool = _pool_rows(args, decoded)
+    if pool.height:
+        yield TableBatch("log_kv_pool", pool)
 
 
 def _spread(rows: pl.DataFrame, decoded: list[dict[str, str]]) -> list[dict[str, str] | None]:
@@ -194,8 +196,8 @@ def _top_level(text: str) -> list[str]:
 
 def _value(text: str) -> str:
     some = _SOME.match(text)
-    if some is not None:
-        return _value(some.group(1).strip())
+    if some is not None:  # pretty-printed (2.1+), the value has its own line and a comma
+        return _value(some.group(1).strip().rstrip(",").strip())
     if len(text) >= 2 and text[0] == text[-1] == '"':
         return text[1:-1].replace('\\"', '"').replace("\\\\", "\\")
     return text
