@@ -34,7 +34,7 @@ def test_sample_line_resolves_to_its_metric(tmp_path: Path, canonical: str, line
 
 def test_every_metric_has_a_sample_for_each_engine_prefix() -> None:
     for m in TABLE.metrics:
-        prefixes = {re.match(r"^([a-z]+:|DCGM_)", n).group(1) for n in m.names}  # type: ignore[union-attr]
+        prefixes = {re.match(r"^([a-z]+:|DCGM_|tgi_)", n).group(1) for n in m.names}  # type: ignore[union-attr]
         sampled = {
             p for p in prefixes if any(s.removeprefix("ray_").startswith(p) for s in m.samples)
         }

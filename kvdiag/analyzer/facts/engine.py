@@ -18,7 +18,9 @@ ENGINE_OF_INPUT = "nullif(regexp_extract(kind, '^(vllm|sglang|tgi)_log$', 1), ''
 _ENGINE_QUERIES = (
     # (engine, first file) from each kind of input: server logs, metric names, launch records
     f"SELECT {ENGINE_OF_INPUT} AS e, min(path) AS p FROM inputs WHERE status = 'used' GROUP BY e",
-    "SELECT nullif(regexp_extract(name, '^(?:ray_)?(vllm|sglang):', 1), '') AS e, "
+    # vLLM and SGLang prefix their metrics `vllm:` / `sglang:`; TGI's router names them `tgi_`
+    "SELECT nullif(rtrim(regexp_extract(name, '^(?:ray_)?(vllm:|sglang:|tgi_)', 1), ':_'), '') "
+    "AS e, "
     "min(source_path) AS p FROM metric_samples GROUP BY e",
     "SELECT engine AS e, min(source_path) AS p FROM config GROUP BY e",
 )
