@@ -18,7 +18,7 @@ from kvdiag.analyzer.ingest.logs.format_pack import Event, load_pack
 from kvdiag.analyzer.ingest.logs.tgi import TgiLogIngester, parse_args
 from kvdiag.analyzer.ingest.text.lines import read_head
 from tests import test_formats
-from tests.conftest import FIXTURES, REALDATA, shared
+from tests.conftest import FIXTURES, REALDATA, analyze_json, shared
 
 PACK = load_pack("tgi_log")
 FRAGMENT = "tgi-launcher-args-1.log"
@@ -213,3 +213,35 @@ def test_a_quoted_tgi_message_is_a_fragment_of_a_tgi_log() -> None:
     logged = f"2024-11-13T08:01:01.998811Z  INFO text_generation_router_v3: {quoted}\n"
     assert TgiLogIngester.sniff("tgi.log", logged) == 95
     assert not TgiLogIngester.quotes("tgi.log", logged)
+
+
+# ---------------------------------------------------------------- findings in TGI's words
+
+
+def test_a_kv_cache_below_one_request_is_unservable_in_tgis_words(tmp_path: Path) -> None:
+    """The router's exit when warm-up left less KV than one max_total_tokens request (2.1+,
+    printed in Rust's Debug form): KV101, naming TGI's max_total_tokens."""
+    unfit = next(e for e in PACK.events if e.id == "max_total_tokens_unfit_exit")
+    _write(tmp_path, unfit.samples[0].line + "\n")
+    code, doc = analyze_json(tmp_path)
+    assert (code, doc["verdict"]["primary"]) == (1, "unservable_config")
+    (finding,) = [f for f in doc["findings"] if f["code"] == "KV101"]
+    assert "one request of max_total_tokens 32,768" in finding["title"]
+    assert "max_model_len" not in finding["title"]
+
+
+def test_a_scrape_of_tgi_names_is_tgis_queue_and_batch(tmp_path: Path) -> None:
+    """tgi_queue_size and tgi_batch_current_size are waiting and running requests, and a
+    scrape of tgi_ names alone says the engine is TGI (so findings take TGI's words)."""
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "1751632569.prom").write_text(
+        "# TYPE tgi_queue_size gauge\ntgi_queue_size 5\n"
+        "# TYPE tgi_batch_current_size gauge\ntgi_batch_current_size 8\n"
+    )
+    _, doc = analyze_json(tmp_path)
+    facts = doc["facts"]
+    assert facts["engine"]["value"] == "tgi"
+    assert (facts["max_requests_waiting"]["value"], facts["max_requests_running"]["value"]) == (
+        5,
+        8,
+    )
