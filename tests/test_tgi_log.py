@@ -241,7 +241,5 @@ def test_a_scrape_of_tgi_names_is_tgis_queue_and_batch(tmp_path: Path) -> None:
     _, doc = analyze_json(tmp_path)
     facts = doc["facts"]
     assert facts["engine"]["value"] == "tgi"
-    assert (facts["max_requests_waiting"]["value"], facts["max_requests_running"]["value"]) == (
-        5,
-        8,
-    )
+    waiting, running = facts["max_requests_waiting"], facts["max_requests_running"]
+    assert (waiting["value"], running["value"]) == (5, 8)
