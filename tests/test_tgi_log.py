@@ -243,24 +243,3 @@ def test_a_scrape_of_tgi_names_is_tgis_queue_and_batch(tmp_path: Path) -> None:
     assert facts["engine"]["value"] == "tgi"
     waiting, running = facts["max_requests_waiting"], facts["max_requests_running"]
     assert (waiting["value"], running["value"]) == (5, 8)
-
-
-def test_the_routers_pool_carries_the_length_the_file_states(tmp_path: Path) -> None:
-    """The router checks one max_total_tokens request against the pool: its pool line gets
-    the length stated before it (the Args), else after it (3.x's default, printed later)."""
-    three = FIXTURES / "tgi-3-gemma3-startup" / "incident" / "tgi.log"
-    pool = ingest(three)[0]["log_kv_pool"].sort("source_line")
-    assert pool.select("event", "tokens", "max_model_len").rows() == [
-        ("tgi_kv_cache_blocks", None, None),
-        ("tgi_max_batch_total_tokens", 52125, 8000),
-    ]
-    args = (
-        '2024-01-17T19:54:02.802403Z  INFO text_generation_launcher: Args { model_id: "m", '
-        "max_total_tokens: 2048, max_batch_total_tokens: None, env: false }"
-    )
-    sized = (
-        "2024-01-17T19:54:40.120000Z  INFO text_generation_router: router/src/main.rs:354: "
-        "Setting max batch total tokens to 30816"
-    )
-    tables, _ = ingest(_write(tmp_path, f"{args}\n{sized}\n"))
-    assert tables["log_kv_pool"].select("tokens", "max_model_len").rows() == [(30816, 2048)]

@@ -44,7 +44,6 @@ _HEADER = re.compile(
 _SNIFF_LINES = 400
 _QUOTED = 65  # a pasted fragment: TGI messages without the tracing header
 _ARGS_EVENT = "tgi_launcher_args"
-_SIZED_EVENT = "tgi_max_batch_total_tokens"  # the router's pool after warm-up (1.0+)
 _SOME = re.compile(r"^Some\((.*)\)$", re.DOTALL)
 _BARE_INT = re.compile(r"^\d+$")
 _OPENERS, _CLOSERS = "([{", ")]}"
@@ -78,58 +77,17 @@ class TgiLogIngester(VllmLogIngester):
         return _QUOTED if _sniff_events(head) else 0
 
     def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:
-        pools: list[pl.DataFrame] = []  # the router's pool lines, held for their length
-        lengths: list[pl.DataFrame] = []  # where the file states max_total_tokens
         for emit in super().ingest(unit, ctx):
             if isinstance(emit, Account):
-                yield from _paired(pools, lengths)
-                pools = []
                 yield dataclasses.replace(emit, notes=tuple(map(_own_stamp, emit.notes)))
             elif not isinstance(emit, TableBatch):
                 yield emit
             elif emit.table == "config":
                 yield TableBatch("config", emit.frame.with_columns(pl.lit(ENGINE).alias("engine")))
             elif emit.table == "log_engine":
-                lengths.append(_stated_lengths(emit.frame))
                 yield from _launcher_args(emit.frame)
-            elif emit.table == "log_kv_pool" and "max_model_len" not in emit.frame.columns:
-                pools.append(emit.frame)
             else:
                 yield emit
-        yield from _paired(pools, lengths)
-
-
-def _stated_lengths(rows: pl.DataFrame) -> pl.DataFrame:
-    """(file, line, max_total_tokens) of the lines stating it: the Args, v3's default."""
-    if "max_seq_len" not in rows.columns:
-        return pl.DataFrame()
-    return rows.select("source_path", "source_line", "max_seq_len").drop_nulls("max_seq_len")
-
-
-def _paired(pools: list[pl.DataFrame], lengths: list[pl.DataFrame]) -> Iterator[TableBatch]:
-    """The router's pool lines with the max_total_tokens the router checked the pool against
-    (it refuses to start when one request of it does not fit): the last one the file stated
-    before the pool line, else the first after it (3.x states its default after the pool)."""
-    stated = [f for f in lengths if f.height]
-    table = pl.concat(stated) if stated else None
-    for frame in pools:
-        if table is None:
-            yield TableBatch("log_kv_pool", frame)
-            continue
-        rows = frame.select("event", "source_path", "source_line").iter_rows()
-        found = [_length_at(table, p, n) if e == _SIZED_EVENT else None for e, p, n in rows]
-        yield TableBatch(
-            "log_kv_pool", frame.with_columns(pl.Series("max_model_len", found, pl.Int64))
-        )
-
-
-def _length_at(stated: pl.DataFrame, path: str, line: int) -> int | None:
-    mine = stated.filter(pl.col("source_path") == path)
-    before = mine.filter(pl.col("source_line") < line)
-    after = mine.filter(pl.col("source_line") > line)
-    if before.height:
-        return int(before.sort("source_line")["max_seq_len"][-1])
-    return int(after.sort("source_line")["max_seq_len"][0]) if after.height else None
 
 
 def _own_stamp(note: str) -> str:
