@@ -108,7 +108,7 @@ def test_the_routers_sizing_and_refusals_fill_their_tables(tmp_path: Path) -> No
     assert account.lines_unmatched == 0
     pool = tables["log_kv_pool"]
     assert sorted(pool["tokens"].drop_nulls()) == [30816, 30816, 72448, 72448]
-    assert pool.drop_nulls("blocks").select("blocks", "block_size").rows() == [(52719, 1)]
+    assert pool.drop_nulls("blocks").select("blocks", "block_size").rows() == [(52719, 1)] * 2
     assert tables["log_http"]["status"].to_list() == [429]
     refusals = tables["log_capacity_errors"]
     above = refusals.filter(pl.col("event") == "tgi_max_total_above_budget")
