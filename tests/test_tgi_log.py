@@ -14,6 +14,7 @@ import pytest
 
 from kvdiag.analyzer.discovery.discover import classify_file
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
+from kvdiag.analyzer.ingest.config.cmdline import command_settings, words
 from kvdiag.analyzer.ingest.logs.format_pack import Event, load_pack
 from kvdiag.analyzer.ingest.logs.tgi import TgiLogIngester, parse_args
 from kvdiag.analyzer.ingest.text.lines import read_head
@@ -243,3 +244,24 @@ def test_a_scrape_of_tgi_names_is_tgis_queue_and_batch(tmp_path: Path) -> None:
     assert facts["engine"]["value"] == "tgi"
     waiting, running = facts["max_requests_waiting"], facts["max_requests_running"]
     assert (waiting["value"], running["value"]) == (5, 8)
+
+
+def test_tgi_commands_are_read_with_tgis_flags() -> None:
+    """The launcher, and the docker image that runs it (the flags after the image are the
+    launcher's): the docker command of fixtures/tgi-3-gemma3-startup's notes."""
+    docker = (
+        "sudo docker run --gpus all -v ~/models/gemma-3-27b-it:/models/gemma-3-27b-it -p 8080:80 "
+        "ghcr.io/huggingface/text-generation-inference:latest --model-id /models/gemma-3-27b-it "
+        "--trust-remote-code --num-shard 2"
+    )
+    found = command_settings(words([(1, docker)])) or []
+    got = {s.key: s.value for s in found}
+    assert {s.engine for s in found} == {"tgi"}
+    assert got == {
+        "model_id": "/models/gemma-3-27b-it",
+        "trust_remote_code": "True",
+        "num_shard": "2",
+    }
+    launcher = "text-generation-launcher --max-input-length 1024 --cuda-memory-fraction 0.8"
+    got = {s.key: s.value for s in command_settings(words([(1, launcher)])) or []}
+    assert got == {"max_input_tokens": "1024", "cuda_memory_fraction": "0.8"}
