@@ -178,6 +178,10 @@ def test_a_shared_name_states_the_setting_of_its_rows_engine() -> None:
     assert value("max_model_len", "tgi") == "8192" and value("max_total_tokens", "tgi") is None
     assert value("max_total_tokens", "sglang") == "8192"
     assert value("max_model_len", "sglang") is None
+    # an engine's own name that is no canonical key still states itself on its rows
+    own = {"key": "mem_fraction_static", "value": "0.88", "origin": "log", "engine": "sglang"}
+    found = effective_value("mem_fraction_static", [own], EngineContext())
+    assert found is not None and found.value == "0.88"
 
 
 def test_the_facts_read_each_engines_name_as_the_canonical_key() -> None:

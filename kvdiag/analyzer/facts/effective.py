@@ -124,15 +124,21 @@ def default_value(key: str, ctx: EngineContext) -> Effective | None:
 
 
 def _renamed(name: str, engine: Any) -> bool:
-    """The engine calls another setting by this canonical key's name (TGI's max_total_tokens
-    is max_model_len, not SGLang's pool): its row is that setting's."""
+    """The row's engine calls another setting by this canonical key's name (TGI's
+    max_total_tokens is max_model_len, not SGLang's pool): its row is that setting's. An
+    engine's own name that is no canonical key (mem_fraction_static) still states itself."""
     table = engine_settings().get(str(engine)) if engine is not None else None
-    if table is None:
+    if table is None or name not in _canonical_keys():
         return False
     try:
         return table.named(name).key != name
     except KeyError:
         return False
+
+
+@cache
+def _canonical_keys() -> frozenset[str]:
+    return frozenset(s.key for t in engine_settings().values() for s in t.settings)
 
 
 def _candidates(key: str, rows: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], str]]:
