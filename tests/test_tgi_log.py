@@ -265,3 +265,14 @@ def test_tgi_commands_are_read_with_tgis_flags() -> None:
     launcher = "text-generation-launcher --max-input-length 1024 --cuda-memory-fraction 0.8"
     got = {s.key: s.value for s in command_settings(words([(1, launcher)])) or []}
     assert got == {"max_input_tokens": "1024", "cuda_memory_fraction": "0.8"}
+
+
+def test_a_429_without_the_cap_in_the_inputs_names_only_tgis_cap(tmp_path: Path) -> None:
+    """The real 429 line of fixtures/tgi-overloaded-concurrency-cap without its launch
+    record: the cap is not in the inputs, and the caps listed are TGI's, in its flag."""
+    fixture = FIXTURES / "tgi-overloaded-concurrency-cap" / "incident" / "tgi.log"
+    _write(tmp_path, fixture.read_text())
+    _, doc = analyze_json(tmp_path)
+    (finding,) = [f for f in doc["findings"] if f["code"] == "KV302"]
+    assert "no queue cap in the inputs (--max-concurrent-requests)," in finding["title"]
+    assert "max_num_queued" not in finding["title"]
