@@ -32,7 +32,11 @@ from tests.ingest_helpers import ingest
 
 PKG = Path(__file__).resolve().parents[1] / "kvdiag"
 TABLES = PKG / "domain" / "engine_settings"
-PROGRAMS = {"vllm": "vllm serve M", "sglang": "python -m sglang.launch_server"}
+PROGRAMS = {
+    "vllm": "vllm serve M",
+    "sglang": "python -m sglang.launch_server",
+    "tgi": "text-generation-launcher",
+}
 SAMPLE_VALUES = {"float": ("0.5", "0.5"), "int": ("7", "7"), "str": ("x/y", "x/y")}
 SAMPLE_VALUES["human_int"] = ("2K", "2048")
 
@@ -143,14 +147,41 @@ def test_every_flag_of_the_table_sets_its_setting(engine: str) -> None:
         assert (negated.key, negated.value) == ("enable_prefix_caching", "False")
 
 
+# Names one engine gives a setting that are another setting's canonical key: TGI's
+# max_total_tokens (a request's length, max_model_len) is SGLang's pool in tokens.
+_SHARED_NAMES = {("tgi", "max_total_tokens")}
+
+
 def test_an_engines_name_is_no_other_settings_canonical_key() -> None:
-    """Otherwise a row under that name would state two settings."""
+    """Otherwise a row under that name would state two settings; the one listed exception is
+    read by its row's engine (the next test)."""
     tables = engine_settings().values()
     canonical = {s.key for t in tables for s in t.settings}
     for t in tables:
         for s in t.settings:
-            others = {n for n in (s.name, *s.names) if n != s.key}
+            others = {n for n in (s.name, *s.names) if n != s.key} - {
+                n for e, n in _SHARED_NAMES if e == t.engine
+            }
             assert not others & canonical, (t.engine, s.name, others & canonical)
+
+
+def test_a_shared_name_states_the_setting_of_its_rows_engine() -> None:
+    def row(engine: str | None) -> dict[str, Any]:
+        return {"key": "max_total_tokens", "value": "8192", "origin": "log", "engine": engine}
+
+    def value(key: str, engine: str | None) -> str | None:
+        found = effective_value(key, [row(engine)], EngineContext())
+        return found.value if found is not None else None
+
+    for engine, name in _SHARED_NAMES:
+        assert engine_settings()[engine].named(name).key != name
+    assert value("max_model_len", "tgi") == "8192" and value("max_total_tokens", "tgi") is None
+    assert value("max_total_tokens", "sglang") == "8192"
+    assert value("max_model_len", "sglang") is None
+    # an engine's own name that is no canonical key still states itself on its rows
+    own = {"key": "mem_fraction_static", "value": "0.88", "origin": "log", "engine": "sglang"}
+    found = effective_value("mem_fraction_static", [own], EngineContext())
+    assert found is not None and found.value == "0.88"
 
 
 def test_the_facts_read_each_engines_name_as_the_canonical_key() -> None:
@@ -165,11 +196,17 @@ def test_the_facts_read_each_engines_name_as_the_canonical_key() -> None:
     assert value("enable_chunked_prefill", row("chunked_prefill_size", "-1", "sglang")) == "False"
     assert value("enable_chunked_prefill", row("chunked_prefill_size", "8192", None)) == "True"
     assert value("kv_cache_dtype", row("cache_dtype", "fp8", "vllm")) == "fp8"
+    assert value("enable_prefix_caching", row("prefix_caching", "1", "tgi")) == "True"
+    assert value("max_num_queued_reqs", row("max_concurrent_requests", "64", "tgi")) == "64"
     # an engine's name on another engine's row is that engine's business, not this key's
     assert value("gpu_memory_utilization", row("mem_fraction_static", "0.8", "vllm")) is None
     # the stand-in is a word for the rules, not a value of the setting it stands in for
     assert value("max_num_batched_tokens", row("chunked_prefill_size", "8192", "sglang")) is None
-    assert {a.name for a in aliases("max_model_len")} == {"max_seq_len", "context_length"}
+    assert {a.name for a in aliases("max_model_len")} == {
+        "max_seq_len",
+        "context_length",
+        "max_total_tokens",
+    }
 
 
 def test_a_word_naming_two_settings_or_an_unknown_field_is_refused() -> None:

@@ -22,7 +22,7 @@ def _tables(v: Vocabulary) -> dict[str, set[str]]:
 
 def test_every_engine_defines_every_key() -> None:
     found = vocabularies()
-    assert {"vllm", "sglang"} <= set(found)
+    assert {"vllm", "sglang", "tgi"} <= set(found)
     first = _tables(found["vllm"])
     for engine, v in found.items():
         assert _tables(v) == first, engine
@@ -34,7 +34,7 @@ def _said(v: Vocabulary) -> set[str]:
     return set(_FLAG.findall(" ".join([*v.phrases.values(), v.explicit_pool.flag])))
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "tgi"])
 def test_flags_the_phrases_name_are_flags_the_engine_accepts(engine: str) -> None:
     v = vocabularies()[engine]
     said = _said(v)
@@ -83,3 +83,7 @@ def test_counts_read_as_the_engine_says_them() -> None:
     assert vllm.count(29) == "29 preemptions"
     assert sglang.flag("max_num_seqs", 24) == "--max-running-requests 24"
     assert vllm.flag("max_num_seqs", 24) == "--max-num-seqs 24"
+    tgi = vocabularies()["tgi"]
+    assert tgi.count(2) == "2 over-budget deferrals"
+    assert tgi.flag("max_num_queued_reqs", 64) == "--max-concurrent-requests 64"
+    assert tgi.name("max_model_len") == "max_total_tokens"

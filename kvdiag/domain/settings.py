@@ -19,9 +19,10 @@ from importlib import resources
 from typing import Any
 
 # Engines with a table, in the order a bare argument list that fits several is read as.
-ENGINES = ("vllm", "sglang", "trtllm")
+ENGINES = ("vllm", "sglang", "trtllm", "tgi")
 TYPES = frozenset({"float", "int", "human_int", "str", "bool", "true"})
 SWITCH_TYPES = frozenset({"bool", "true"})
+_SWITCH_TEXT = {"1": "True", "true": "True", "0": "False", "false": "False"}
 _FIELDS = frozenset(
     {"key", "flags", "type", "positional", "names", "metric", "invert", "off", "stands_in_for"}
 )
@@ -56,6 +57,8 @@ class EngineSetting:
 
     def canonical_value(self, value: str) -> str:
         """The value as the canonical key reads it: a switch inverted, a size as on or off."""
+        if self.is_switch:  # as the engine printed it: TGI's PREFIX_CACHING is 1 or 0
+            value = _SWITCH_TEXT.get(value.lower(), value)
         if self.invert:
             value = {"True": "False", "False": "True"}.get(value, value)
         if self.off is not None:

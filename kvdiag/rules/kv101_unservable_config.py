@@ -77,7 +77,8 @@ class UnservableConfig(Rule):
         refusals = ctx.sql(
             "SELECT * FROM log_capacity_errors WHERE max_model_len IS NOT NULL "
             "AND (estimated_max_len IS NOT NULL OR pool_tokens IS NOT NULL "
-            "OR needed_gib IS NOT NULL OR event IN ('max_len_exceeds_pool', 'needs_more_kv')) "
+            "OR needed_gib IS NOT NULL "
+            "OR event IN ('max_len_exceeds_pool', 'needs_more_kv', 'tgi_max_total_unfit')) "
             "ORDER BY ts NULLS LAST, source_path, source_line"
         )
         if refusals.height:
@@ -123,8 +124,9 @@ class UnservableConfig(Rule):
         need = ""
         if row["needed_gib"] is not None and row["available_gib"] is not None:
             need = f" ({row['needed_gib']} GiB needed, {row['available_gib']} GiB available)"
+        length = vocabulary(ctx, row["replica"]).name("max_model_len")
         title = (
-            f"The engine refused to start: one request of max_model_len {fmt_tokens(want)} needs "
+            f"The engine refused to start: one request of {length} {fmt_tokens(want)} needs "
             f"more KV than the pool holds{need}{fits}"
         )
         if row["event"] == "sglang_pool_below_context":

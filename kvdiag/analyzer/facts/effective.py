@@ -19,7 +19,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from kvdiag.domain.settings import EngineSetting, aliases
+from kvdiag.domain.settings import EngineSetting, aliases, engine_settings
 
 SOURCE_RANK = {"metrics": 0, "log": 1, "cmdline": 2}
 _ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI"}
@@ -123,6 +123,24 @@ def default_value(key: str, ctx: EngineContext) -> Effective | None:
     return None
 
 
+def _renamed(name: str, engine: Any) -> bool:
+    """The row's engine calls another setting by this canonical key's name (TGI's
+    max_total_tokens is max_model_len, not SGLang's pool): its row is that setting's. An
+    engine's own name that is no canonical key (mem_fraction_static) still states itself."""
+    table = engine_settings().get(str(engine)) if engine is not None else None
+    if table is None or name not in _canonical_keys():
+        return False
+    try:
+        return table.named(name).key != name
+    except KeyError:
+        return False
+
+
+@cache
+def _canonical_keys() -> frozenset[str]:
+    return frozenset(s.key for t in engine_settings().values() for s in t.settings)
+
+
 def _candidates(key: str, rows: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], str]]:
     """(row, value) pairs stating `key` under its own name or an engine's (its value read as
     the key's: inverted, or a size read as on or off)."""
@@ -134,10 +152,10 @@ def _candidates(key: str, rows: Iterable[Mapping[str, Any]]) -> list[tuple[Mappi
         name, value = str(row.get("key")), str(row.get("value"))
         if value in _UNSTATED:
             continue
-        if name == key:
+        engine = row.get("engine")
+        if name == key and not _renamed(name, engine):
             out.append((row, value))
             continue
-        engine = row.get("engine")
         spoken = [s for s in named.get(name, ()) if engine is None or s.engine == engine]
         if spoken:
             out.append((row, spoken[0].canonical_value(value)))

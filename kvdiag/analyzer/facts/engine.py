@@ -21,7 +21,10 @@ ENGINE_OF_INPUT = "nullif(regexp_extract(kind, '^(vllm|sglang|tgi|trtllm)_log$',
 _ENGINE_QUERIES = (
     # (engine, first file) from each kind of input: server logs, metric names, launch records
     f"SELECT {ENGINE_OF_INPUT} AS e, min(path) AS p FROM inputs WHERE status = 'used' GROUP BY e",
-    "SELECT nullif(regexp_extract(name, '^(?:ray_)?(vllm|sglang|trtllm)[:_]', 1), '') AS e, "
+    # vLLM and SGLang prefix their metrics `vllm:` / `sglang:` (Ray: `ray_vllm_`); TGI's router
+    # and TensorRT-LLM's collector name them `tgi_` / `trtllm_`
+    "SELECT nullif(rtrim(regexp_extract(name, '^(?:ray_)?(vllm[:_]|sglang:|tgi_|trtllm_)', 1), "
+    "':_'), '') AS e, "
     "min(source_path) AS p FROM metric_samples GROUP BY e",
     "SELECT engine AS e, min(source_path) AS p FROM config GROUP BY e",
 )

@@ -19,7 +19,7 @@ from kvdiag.analyzer.diagnosis import Evidence, Remedy
 from kvdiag.rules.base import RuleContext, fmt_ts
 from kvdiag.rules.support.load_picture import usage_evidence
 from kvdiag.rules.support.queries import col_max, col_median
-from kvdiag.rules.support.rejections import QueueCap, Rejections, queue_caps
+from kvdiag.rules.support.rejections import QUEUE_CAPS, QueueCap, Rejections, queue_caps
 from kvdiag.rules.support.vocabulary import Vocabulary, vocabulary
 from kvdiag.rules.support.workload import fmt_tokens, lengths, pct, pool
 
@@ -80,7 +80,7 @@ def read_caps(
     if named is None:
         text = (
             f"{refused}, while the KV pool {room}; no queue cap in the inputs "
-            f"({_flag(words, 'max_num_queued_reqs')}, {_flag(words, 'max_num_queued_tokens')}), "
+            f"({_engine_caps(words)}), "
             "and a proxy in front of the engine answers 503 as well: the limit is not named"
         )
         return CapReading(False, text, evidence)
@@ -133,6 +133,17 @@ def _cap_phrase(words: Vocabulary, caps: list[QueueCap], seen: Rejections) -> st
         parts.append(f"{flag} ({'; '.join(notes)})" if notes else flag)
     noun = "the queue cap" if len(parts) == 1 else "the queue caps"
     return f"{noun} {' and '.join(parts)}"
+
+
+def _engine_caps(words: Vocabulary) -> str:
+    """The queue caps the engine has, as its flags (TGI has no token cap)."""
+    caps = []
+    for key in QUEUE_CAPS:
+        try:
+            caps.append(words.flag(key))
+        except KeyError:
+            continue
+    return ", ".join(caps)
 
 
 def _flag(words: Vocabulary, key: str, value: int | None = None) -> str:

@@ -33,6 +33,7 @@ MEMORY_REFUSALS = (
     "warmup_oom",  # out of memory while warming up with max_num_seqs dummy requests
     "device_memory_refused",  # the model does not fit the device (TPU HBM, OpenVINO)
     "sglang_req_slots_exhausted",  # SGLang's request-slot pool ran out
+    "tgi_warmup_oom",  # TGI: out of memory at warm-up with a full prefill batch
 )
 
 _EXCEPTION = re.compile(r"^(?:[\w.]+(?:Error|Exception): )+")

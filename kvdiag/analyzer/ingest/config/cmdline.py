@@ -109,6 +109,10 @@ def words(lines: list[tuple[int, str]]) -> list[Word]:
 def find_engine(ws: list[Word]) -> tuple[str, int] | None:
     """(engine, index of its first argument) when the words start a known server."""
     plain = [w.rsplit("/", 1)[-1] for w, _ in ws]
+    for i, program in enumerate(plain):  # a program whose flags follow it (TGI's launcher)
+        for engine, forms in launch_table().commands.items():
+            if program.split(":")[0] in forms:  # a docker image's tag aside
+                return engine, i + 1
     for i in range(len(plain) - 1):
         pair = f"{plain[i]} {ws[i + 1][0]}"
         for engine, forms in launch_table().commands.items():

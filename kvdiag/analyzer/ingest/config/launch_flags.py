@@ -49,7 +49,8 @@ from kvdiag.analyzer.ingest.rows import (
 
 _HARNESS = re.compile(r"^# exact server command line", re.M)
 _SERVER = re.compile(
-    r"(?:^|[\s/])(?:vllm serve|[\w.-]*vllm[\w.-]*\.py serve|sglang serve)\b"
+    r"(?:^|[\s/])(?:vllm serve|[\w.-]*vllm[\w.-]*\.py serve|sglang serve"
+    r"|text-generation-launcher|text-generation-inference:[\w.-]+(?=\s+--))\b"
     r"|-m\s+(?:vllm\.entrypoints\.(?:openai\.)?api_server|sglang\.launch_server)\b"
 )
 _ARGS_NAMES = re.compile(r"^(?:cmdline|args|argv|launch|command)(?:[._-].*)?$", re.I)

@@ -51,7 +51,7 @@ FIELD_TYPES = (
     "argv",
 )
 DICT_TYPES = ("pydict", "argv")
-JOIN_MODES = ("same_header", "backslash")
+JOIN_MODES = ("same_header", "backslash", "indented")
 
 _PACK_KEYS = {"schema", "name", "description", "envelope", "record", "event"}
 _ENVELOPE_KEYS = {"id", "doc", "pattern", "repeat", "record", "anchor", "samples"}

@@ -144,8 +144,10 @@ def _joined(
 
     same_header: following lines carrying the identical logger header (vLLM repeats the
     header on every line of a multi-line message). backslash: following lines while the
-    previous one ends with a shell line continuation. Lines an event already took are
-    never continuations.
+    previous one ends with a shell line continuation. indented: following header-less lines
+    that are indented, up to the closing brace at the margin (Rust's `{:#?}` of a struct, as
+    TGI's launcher prints its Args from 2.1). Lines an event already took are never
+    continuations.
     """
     n = frame.height
     idx = cand["_i"]
@@ -159,6 +161,11 @@ def _joined(
         if key is not None:
             ok = ok & (_header_key(frame, nxt) == key).fill_null(False)
             ok = ok & ~frame["msg"].gather(nxt).str.contains(event.literal, literal=True)
+        elif event.join == "indented":
+            prev = frame["clean"].gather((idx + k - 1).clip(upper_bound=n - 1))
+            bare = frame["level"].gather(nxt).is_null() if "level" in frame.columns else ok
+            ok = ok & bare & (k == 1 or ~(prev == "}"))
+            ok = ok & frame["clean"].gather(nxt).str.contains(r"^(?:\s{2,}\S|\}$)")
         else:
             prev = (idx + k - 1).clip(upper_bound=n - 1)
             ok = ok & frame["clean"].gather(prev).str.ends_with("\\")
@@ -196,11 +203,10 @@ def _classify(
             pl.lit(None, pl.String).alias("raw_lines"),
         )
     # Only a line that can start a multi-line message is worth joining.
-    can_start = (
-        pl.col("md").is_not_null()
-        if event.join == "same_header"
-        else pl.col("clean").str.ends_with("\\")
-    )
+    can_start = {
+        "same_header": pl.col("md").is_not_null(),
+        "indented": pl.col("clean").str.ends_with("{"),
+    }.get(event.join, pl.col("clean").str.ends_with("\\"))
     starts = cand.filter(can_start)
     single = _classify(frame, cand.filter(~can_start), replace(event, join=None), claimed)
     if starts.is_empty():

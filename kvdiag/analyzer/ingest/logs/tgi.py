@@ -4,9 +4,10 @@ Reading, repairs, line accounting and the event tables are the vLLM ingester's
 (`VllmLogIngester.ingest` with `formats/tgi_log.toml`); this module adds what TGI states
 differently:
 - the launcher prints its settings as a Rust struct (`Args { model_id: "...", num_shard:
-  Some(4), ... }`): every field becomes a config row, under kvdiag's name where it has one
-  (num_shard is tensor_parallel_size, max_total_tokens is max_model_len, quantize is
-  quantization, max_batch_size is max_num_seqs) and under TGI's own name otherwise;
+  Some(4), ... }`): every field becomes a config row under TGI's own name, as a TGI launch
+  command's flags do; TGI's settings table (kvdiag/domain/engine_settings/tgi.toml) says
+  which canonical setting each is (num_shard is tensor_parallel_size, max_total_tokens is
+  max_model_len, max_concurrent_requests is the in-flight request cap);
 - before 1.0 (0.8 to 0.9.3) max_batch_total_tokens is a bare number, the token budget the
   flash KV cache is allocated for at warm-up: the pool in tokens, so it also becomes a
   log_kv_pool row. From 1.0 it is `Some(N)` or `None`, a request that flash models ignore
@@ -43,14 +44,6 @@ _HEADER = re.compile(
 _SNIFF_LINES = 400
 _QUOTED = 65  # a pasted fragment: TGI messages without the tracing header
 _ARGS_EVENT = "tgi_launcher_args"
-# TGI's Args fields that kvdiag knows under another name; the rest keep TGI's names.
-CANONICAL = {
-    "model_id": "model",
-    "num_shard": "tensor_parallel_size",
-    "max_total_tokens": "max_model_len",
-    "quantize": "quantization",
-    "max_batch_size": "max_num_seqs",
-}
 _SOME = re.compile(r"^Some\((.*)\)$", re.DOTALL)
 _BARE_INT = re.compile(r"^\d+$")
 _OPENERS, _CLOSERS = "([{", ")]}"
@@ -107,6 +100,9 @@ def _launcher_args(rows: pl.DataFrame) -> Iterator[TableBatch]:
     """The Args rows with their fields as JSON, a config row per field the pack's own
     mapping does not state, and the pool of a pre-1.0 launcher."""
     args = rows.filter(pl.col("event") == _ARGS_EVENT)
+    if args.is_empty():  # other log_engine events (prefix caching, defaulted settings) only
+        yield TableBatch("log_engine", rows)
+        return
     decoded = [parse_args(text or "") for text in args["args"].to_list()]
     rows = rows.with_columns(
         pl.when(pl.col("event") == _ARGS_EVENT)
@@ -115,13 +111,12 @@ def _launcher_args(rows: pl.DataFrame) -> Iterator[TableBatch]:
         .alias("args")
     )
     yield TableBatch("log_engine", rows)
-    if args.height:
-        config = _config_rows(args, decoded)
-        if config.height:
-            yield TableBatch("config", config)
-        pool = _pool_rows(args, decoded)
-        if pool.height:
-            yield TableBatch("log_kv_pool", pool)
+    config = _config_rows(args, decoded)
+    if config.height:
+        yield TableBatch("config", config)
+    pool = _pool_rows(args, decoded)
+    if pool.height:
+        yield TableBatch("log_kv_pool", pool)
 
 
 def _spread(rows: pl.DataFrame, decoded: list[dict[str, str]]) -> list[dict[str, str] | None]:
@@ -137,9 +132,8 @@ def _config_rows(args: pl.DataFrame, decoded: list[dict[str, str]]) -> pl.DataFr
     for row, fields in zip(args.iter_rows(named=True), decoded, strict=True):
         where = {k: row[k] for k in ("source_path", "source_line", "raw", "replica")}
         for name, value in fields.items():
-            key = CANONICAL.get(name, name)
-            if key not in stated_by_pack:
-                out.append(where | {"key": key, "value": value, "origin": "log", "engine": ENGINE})
+            if name not in stated_by_pack:
+                out.append(where | {"key": name, "value": value, "origin": "log", "engine": ENGINE})
     schema = {c: pl.Int64 if c == "source_line" else pl.String for c in CONFIG_COLUMNS}
     return pl.DataFrame(out, schema=schema)
 
@@ -202,8 +196,8 @@ def _top_level(text: str) -> list[str]:
 
 def _value(text: str) -> str:
     some = _SOME.match(text)
-    if some is not None:
-        return _value(some.group(1).strip())
+    if some is not None:  # pretty-printed (2.1+), the value has its own line and a comma
+        return _value(some.group(1).strip().rstrip(",").strip())
     if len(text) >= 2 and text[0] == text[-1] == '"':
         return text[1:-1].replace('\\"', '"').replace("\\\\", "\\")
     return text
