@@ -14,7 +14,7 @@ EXPECTED_INPUTS: tuple[tuple[tuple[str, ...], str, str, tuple[int, ...]], ...] =
         (1, 3),
     ),
     (
-        ("prom_text", "prom_api", "grafana_csv"),
+        ("prom_text", "prom_api", "grafana_csv", "trtllm_stats"),
         "no /metrics scrapes",
         "usage, waiting and preemptions between stats lines "
         "(vLLM 0.32 shows preemptions only there); request lengths for layers 2 and 3",
@@ -33,11 +33,22 @@ EXPECTED_INPUTS: tuple[tuple[tuple[str, ...], str, str, tuple[int, ...]], ...] =
         (1,),
     ),
 )
-# What the same missing input would have decided for an SGLang server, where it differs.
-_SGLANG_DECIDES = {
-    "no /metrics scrapes": "usage, queue and running between decode lines; the radix cache's "
-    "evictable tokens, which SGLang's token usage counts as free (layer 2)",
+# What the same missing input would have decided for another engine's server, where it differs.
+_ENGINE_DECIDES = {
+    "sglang_log": {
+        "no /metrics scrapes": "usage, queue and running between decode lines; the radix "
+        "cache's evictable tokens, which SGLang's token usage counts as free (layer 2)",
+    },
+    "tgi_log": {
+        "no /metrics scrapes": "the router's queue and batch size over time (TGI logs no "
+        "periodic stats line); request lengths for layers 2 and 3",
+    },
+    "trtllm_log": {
+        "no /metrics scrapes": "used and free KV blocks, active and queued requests per "
+        "iteration (trtllm-serve's /metrics); request lengths for layers 2 and 3",
+    },
 }
+_SERVER_LOGS = EXPECTED_INPUTS[0][0]
 _NO_POOL = "no pool size (start-up pool line, cache_config_info or SGLang's pool gauge)"
 _LAYERS = {what: layers for _, what, _, layers in EXPECTED_INPUTS} | {_NO_POOL: (1, 3)}
 
@@ -70,9 +81,10 @@ def missing_evidence(reader: StoreReader) -> tuple[MissingEvidence, ...]:
     if reader.has_rows("gpu_snapshots"):
         kinds.add("dcgm")
     cpu = on_cpu(reader)
-    sglang = "sglang_log" in kinds and "vllm_log" not in kinds
+    logs = kinds & set(_SERVER_LOGS)
+    own = _ENGINE_DECIDES.get(next(iter(logs)), {}) if len(logs) == 1 else {}
     out = [
-        MissingEvidence(what, _SGLANG_DECIDES.get(what, decides) if sglang else decides)
+        MissingEvidence(what, own.get(what, decides))
         for supply, what, decides, _ in EXPECTED_INPUTS
         if not kinds & set(supply) and not (cpu and "nvidia_smi" in supply)
     ]

@@ -99,11 +99,11 @@ def _refused(seen: Rejections) -> str:
             around = "(the stats lines around them)"
             when = f" between {fmt_ts(seen.first)} and {fmt_ts(seen.last)} {around}"
     if answered >= seen.count:
-        return f"{seen.count} requests were rejected with HTTP {how}{when}"
+        return f"{_were_rejected(seen.count)} with HTTP {how}{when}"
     if not answered:
-        return f"{seen.count} requests were rejected ({seen.witness}){when}"
+        return f"{_were_rejected(seen.count)} ({seen.witness}){when}"
     return (
-        f"{seen.count} requests were rejected{when} ({seen.witness}): {answered} with HTTP "
+        f"{_were_rejected(seen.count)}{when} ({seen.witness}): {answered} with HTTP "
         f"{how}, the other {seen.count - answered} inside responses already begun "
         "(HTTP 200, the 503 sent in the stream)"
     )
@@ -168,3 +168,7 @@ def _remedies(
     cap = caps[0] if caps else None
     raise_it = f"raise {_flag(words, cap.key)} above {cap.value}" if cap else "raise the queue cap"
     return [Remedy(f"{raise_it}, or add replicas", why)]
+
+
+def _were_rejected(count: int) -> str:
+    return "1 request was rejected" if count == 1 else f"{count} requests were rejected"
