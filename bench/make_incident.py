@@ -10,12 +10,16 @@ over the real files by its rise over them, so that counters go on rising as on a
 instead of resetting every 200 files, and a pass's lines are not the last pass's again.
 Crash loop: the fixture's whole server.log (start-up, configuration dump, pool lines, traffic,
 shutdown) is written again and again, each copy's timestamps shifted 10 minutes past the
-last's, as a server restarted over and over leaves its log. Nothing is invented beyond
-shifting times and varying numbers.
+last's, as a server restarted over and over leaves its log. Many replicas: 50 folders, each
+a log and scrapes made as above with a seed of its own. Archive: a quarter of each shape (a
+steady log, a crash loop, the replicas, a scrape series) in one `.tar.gz`. Nothing is
+invented beyond shifting times and varying numbers.
 
     python bench/make_incident.py logs  OUT_DIR --gb 1
     python bench/make_incident.py crashloop OUT_DIR --gb 1
     python bench/make_incident.py scrapes OUT_DIR --count 86400
+    python bench/make_incident.py manyreplicas OUT_DIR --gb 1   # 50 replica folders
+    python bench/make_incident.py archive OUT_DIR --gb 1        # every shape, one .tar.gz
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import random
 import re
+import shutil
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -214,11 +219,48 @@ def make_scrapes(out: Path, count: int, seed: int = 7) -> Path:
     return folder
 
 
+# A fleet's replicas: each a folder with its own log and scrapes, as `kubectl logs` and a
+# scraper per pod leave them. Half of a replica's share of the size is log, half scrapes.
+REPLICAS = 50
+_SCRAPE_BYTES = 54_600  # a replayed scrape file's size (4.72 GB / 86,400)
+
+
+def make_manyreplicas(out: Path, gigabytes: float, replicas: int = REPLICAS) -> Path:
+    """Write OUT/replica-NN/{server.log,metrics/} x `replicas`, about `gigabytes` GB in all:
+    each replica's log and scrapes replayed as for one server, with a seed of its own."""
+    share = gigabytes / replicas
+    scrapes = max(1, int(share * 1e9 / 2 / _SCRAPE_BYTES))
+    for k in range(replicas):
+        folder = out / f"replica-{k:02d}"
+        make_logs(folder, share / 2, seed=7 + k)
+        make_scrapes(folder, scrapes, seed=7 + k)
+    return out
+
+
+def make_archive(out: Path, gigabytes: float) -> Path:
+    """Write OUT/incident.tar.gz: every shape in one archive, a quarter of `gigabytes` each
+    (a steady log, a crash loop, 50 replicas, a scrape series), as an incident is sent."""
+    import tarfile
+
+    quarter = gigabytes / 4
+    parts = out / "parts"
+    make_logs(parts / "steady", quarter)
+    make_crashloop(parts / "crashloop", quarter)
+    make_manyreplicas(parts / "fleet", quarter)
+    make_scrapes(parts / "scrapes", max(1, int(quarter * 1e9 / _SCRAPE_BYTES)))
+    archive = out / "incident.tar.gz"
+    with tarfile.open(archive, "w:gz", compresslevel=6) as tar:
+        for child in sorted(parts.iterdir()):
+            tar.add(child, arcname=child.name)
+    shutil.rmtree(parts)
+    return archive
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("what", choices=["logs", "crashloop", "scrapes"])
+    parser.add_argument("what", choices=["logs", "crashloop", "scrapes", "manyreplicas", "archive"])
     parser.add_argument("out", type=Path)
     parser.add_argument("--gb", type=float, default=1.0, help="log size in GB")
     parser.add_argument("--count", type=int, default=86400, help="number of scrapes")
@@ -227,6 +269,10 @@ def main() -> None:
         print(make_logs(args.out, args.gb))
     elif args.what == "crashloop":
         print(make_crashloop(args.out, args.gb))
+    elif args.what == "manyreplicas":
+        print(make_manyreplicas(args.out, args.gb))
+    elif args.what == "archive":
+        print(make_archive(args.out, args.gb))
     else:
         print(make_scrapes(args.out, args.count))
 

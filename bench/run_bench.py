@@ -11,6 +11,9 @@ or NOT met.
     python bench/run_bench.py --smoke         # small sizes, for CI
     python bench/run_bench.py --only logs --gb 1
     python bench/run_bench.py --only crashloop --gb 1   # a server restarted over and over
+    python bench/run_bench.py --only manyreplicas --gb 1   # 50 replica folders
+    python bench/run_bench.py --only archive --gb 1   # every shape in one .tar.gz
+    python bench/run_bench.py --only scrapes --scrapes 1000   # issue 31: >= 10x
     python bench/run_bench.py --repeat 3      # 3 rounds per input: medians (timings vary)
     python bench/run_bench.py --uncached      # the input read from the disk each time
 
@@ -35,7 +38,16 @@ from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from baselines import SCRAPE_RE, grep_count, polars_count, prometheus_client_time, python_re_loop
-from make_incident import FIXTURE, SCRAPES_FORM, make_crashloop, make_logs, make_scrapes
+from make_incident import (
+    FIXTURE,
+    REPLICAS,
+    SCRAPES_FORM,
+    make_archive,
+    make_crashloop,
+    make_logs,
+    make_manyreplicas,
+    make_scrapes,
+)
 from targets import verdicts
 
 T = TypeVar("T")
@@ -272,6 +284,73 @@ def starts(log: Path) -> int:
     return int(done.stdout or 0)
 
 
+def bench_manyreplicas(
+    gb: float, repeat: int, uncached: bool = False, out: Path = OUT
+) -> dict[str, object]:
+    """A fleet's folder: 50 replicas, each its own log and scrapes (issue 31's memory target:
+    what kvdiag keeps per replica must not add up past 512 MiB)."""
+    folder = out / f"manyreplicas-{gb:g}gb-form{SCRAPES_FORM}"
+    if not folder.is_dir():
+        print(f"building {REPLICAS} replicas, {gb:g} GB, in {folder} ...", file=sys.stderr)
+        make_manyreplicas(folder, gb)
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    size = sum(f.stat().st_size for f in files)
+    logs = [f for f in files if f.name == "server.log"]
+    run, base, spread = rounds(
+        folder, repeat, {"grep_c": lambda: grep_count(logs)}, prepare(files, uncached)
+    )
+    return (
+        {
+            "kind": "manyreplicas",
+            "input": f"{REPLICAS} replicas, {size / 1e9:.2f} GB ({len(files):,} files)"
+            + (UNCACHED if uncached else ""),
+            "kvdiag_s": round(run.wall_s, 2),
+            "peak_rss_mib": round(run.peak_rss_mib),
+            "grep_c_logs_s": round(base["grep_c"], 2),
+            "timings": run.timings,
+        }
+        | after_ingest(run.timings)
+        | spread
+    )
+
+
+def bench_archive(
+    gb: float, repeat: int, uncached: bool = False, out: Path = OUT
+) -> dict[str, object]:
+    """Every shape in one .tar.gz (a steady log, a crash loop, the replicas, scrapes: a
+    quarter each): unpacked into scratch, then read as one incident."""
+    archive = out / f"archive-{gb:g}gb-form{SCRAPES_FORM}" / "incident.tar.gz"
+    if not archive.exists():
+        print(f"building a {gb:g} GB archive in {archive.parent} ...", file=sys.stderr)
+        make_archive(archive.parent, gb)
+    run, base, spread = rounds(
+        archive, repeat, {"untar": lambda: untar_time(archive)}, prepare([archive], uncached)
+    )
+    return (
+        {
+            "kind": "archive",
+            "input": f"archive of every shape, {gb:g} GB unpacked, "
+            f"{archive.stat().st_size / 1e6:.0f} MB .tar.gz" + (UNCACHED if uncached else ""),
+            "kvdiag_s": round(run.wall_s, 2),
+            "peak_rss_mib": round(run.peak_rss_mib),
+            "untar_s": round(base["untar"], 2),
+            "timings": run.timings,
+        }
+        | after_ingest(run.timings)
+        | spread
+    )
+
+
+def untar_time(archive: Path) -> float:
+    """`tar -xzf` into a scratch folder: the floor of reading an archived incident."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=archive.parent) as scratch:
+        start = time.perf_counter()
+        subprocess.run(["tar", "-xzf", str(archive), "-C", scratch], check=True)
+        return time.perf_counter() - start
+
+
 def per_round(spread: dict[str, Any], over: str, under: str) -> list[float]:
     """The ratio `over` / `under` of each round (times of the same few minutes)."""
     pairs = zip(spread[f"{over}_s_all"], spread[f"{under}_s_all"], strict=True)
@@ -304,6 +383,7 @@ def bench_scrapes(
     return (
         {
             "kind": "scrapes",
+            "scrapes": len(files),
             "input": f"{len(files):,} scrapes, {size / 1e9:.2f} GB{UNCACHED if uncached else ''}",
             "kvdiag_s": round(run.wall_s, 2),
             "peak_rss_mib": round(run.peak_rss_mib),
@@ -327,7 +407,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--smoke", action="store_true", help="small sizes (CI)")
-    parser.add_argument("--only", choices=["logs", "crashloop", "scrapes"])
+    parser.add_argument(
+        "--only", choices=["logs", "crashloop", "scrapes", "manyreplicas", "archive"]
+    )
     parser.add_argument("--gb", type=float, nargs="*", help="log sizes in GB (default 1 5)")
     parser.add_argument("--scrapes", type=int, help="number of scrapes (default 86400)")
     parser.add_argument(
@@ -368,6 +450,11 @@ def main() -> None:
             functools.partial(bench_crashloop, gb, args.repeat, args.uncached, args.out)
             for gb in sizes
         ]
+    for only, bench in (("manyreplicas", bench_manyreplicas), ("archive", bench_archive)):
+        if args.only in (None, only):
+            runs += [
+                functools.partial(bench, gb, args.repeat, args.uncached, args.out) for gb in sizes
+            ]
     if args.only in (None, "scrapes"):
         runs.append(
             functools.partial(

@@ -1,6 +1,6 @@
-"""kvdiag configures polars' jemalloc before polars loads, and tunes glibc's malloc only
-while ingesting, put back after (even on error) and left alone when the user set its
-variables (see kvdiag/_allocator.py)."""
+"""kvdiag configures polars' jemalloc before polars loads, limits glibc's arenas to one per
+core at start, and tunes glibc's malloc thresholds only while ingesting, put back after
+(even on error); each left alone when the user set its variables (kvdiag/_allocator.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ import sys
 import pytest
 
 from kvdiag import _allocator
-from kvdiag._allocator import POLARS_MALLOC_CONF, POLARS_MALLOC_CONF_VAR, heap_for_batches
+from kvdiag._allocator import (
+    POLARS_MALLOC_CONF,
+    POLARS_MALLOC_CONF_VAR,
+    heap_for_batches,
+    limit_glibc_arenas,
+)
 
 # Loads kvdiag, then polars, and makes polars allocate on its threads.
 _PROBE = (
@@ -115,3 +120,28 @@ def test_on_this_system_the_real_calls_run() -> None:
     with heap_for_batches():
         blocks = [bytes(33 << 20) for _ in range(2)]  # from the heap, then reused
     assert [len(b) for b in blocks] == [33 << 20] * 2
+
+
+def test_glibc_makes_no_more_arenas_than_cores(
+    libc: _FakeLibc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    limit_glibc_arenas()
+    assert libc.calls == [("mallopt", -8, 2)]  # M_ARENA_MAX
+
+
+@pytest.mark.parametrize("var", ["MALLOC_ARENA_MAX", "GLIBC_TUNABLES"])
+def test_a_user_setting_of_the_arenas_wins(
+    libc: _FakeLibc, monkeypatch: pytest.MonkeyPatch, var: str
+) -> None:
+    monkeypatch.setenv(var, "8" if var == "MALLOC_ARENA_MAX" else "glibc.malloc.arena_max=8")
+    limit_glibc_arenas()
+    assert libc.calls == []
+
+
+def test_on_this_system_the_arena_limit_is_accepted() -> None:
+    libc = _allocator._libc()
+    if libc is None:
+        pytest.skip("the C library is not glibc: kvdiag leaves malloc alone")
+    assert libc.mallopt(-8, os.cpu_count() or 1) == 1  # glibc returns 1 on success

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from kvdiag.analyzer.errors import FormatPackError
-from kvdiag.redact.catalogue import Pattern, catalogue, parse_catalogue
+from kvdiag.redact.catalogue import Pattern, catalogue, category_names, parse_catalogue
 from kvdiag.redact.handlers import Resolver, replacement
 from kvdiag.redact.pseudonyms import PSEUDONYM, Pseudonyms
 from kvdiag.redact.scrub import Scrubber
@@ -123,3 +123,8 @@ def test_a_plain_word_is_replaced_only_in_its_context() -> None:
 def test_a_malformed_catalogue_says_what_is_wrong(text: str, why: str) -> None:
     with pytest.raises(FormatPackError, match=re.escape(why)):
         parse_catalogue(text)
+
+
+def test_category_names_read_without_compiling_are_the_catalogues() -> None:
+    # The command line's choices come from the TOML alone (no pattern compiled).
+    assert category_names() == tuple(c.name for c in catalogue())

@@ -186,6 +186,48 @@ def test_has_rows_tells_empty_tables_and_views_from_filled_ones_and_rejects_unkn
         store.finish()
 
 
+def test_has_rows_is_answered_from_the_inserts_and_asks_duckdb_once_rows_were_set_aside(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[str] = []
+    scalar = store_module.StoreReader.scalar
+
+    def counting(self: store_module.StoreReader, query: str, params: Any = None) -> Any:
+        asked.append(query)
+        return scalar(self, query, params)
+
+    monkeypatch.setattr(store_module.StoreReader, "scalar", counting)
+    store = Store()
+    try:
+        store.append("input_problems", _problems(0, 2))
+        reader = store.reader
+        assert reader.has_rows("input_problems") and not reader.has_rows("gpu_snapshots")
+        assert not reader.has_rows("metric_samples")  # no point stored: the view is empty
+        assert asked == []  # the store knew, DuckDB was not asked
+        gone = store.reader.sql("SELECT rowid AS row_id FROM input_problems")
+        flagged = gone.with_columns(
+            pl.lit("input_problems").alias("table_name"), pl.lit("line").alias("column_name")
+        )
+        store.set_aside(flagged.with_columns(pl.lit(0.0).alias("value")))
+        after = store.reader
+        assert not after.has_rows("input_problems")  # every row set aside: asked, and empty
+        assert len(asked) == 1
+        assert after.has_rows("implausible_values")
+    finally:
+        store.finish()
+
+
+def test_an_empty_table_is_read_as_its_columns_without_rows() -> None:
+    store = Store()
+    try:
+        reader = store.reader
+        empty = reader.empty("metric_samples")
+        full = reader.sql("SELECT * FROM metric_samples")
+        assert empty.is_empty() and empty.schema == full.schema
+    finally:
+        store.finish()
+
+
 LIMIT = "SELECT current_setting('memory_limit') AS limit"
 
 

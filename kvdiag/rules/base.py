@@ -83,6 +83,12 @@ class RuleContext:
     ) -> pl.DataFrame:
         return self.store.sql(query, params, large_result=large_result)
 
+    def has_rows(self, table_name: str) -> bool:
+        return self.store.has_rows(table_name)
+
+    def empty(self, table_name: str) -> pl.DataFrame:
+        return self.store.empty(table_name)
+
     def threshold(self, name: str) -> float:
         return self._thresholds[name]
 

@@ -186,11 +186,13 @@ def _read(
     The reduction runs in DuckDB: a day of stats lines or scrapes is millions of rows, of
     which a chart keeps MAX_POINTS per replica.
     """
-    if spec.metric is not None:
+    if spec.metric is not None and reader.has_rows("metric_samples"):
         query, params, names = _metric_query(reader, spec, only)
         small = _downsampled(reader, spec, query, params, only)
         if small.height or spec.stats_column is None:
             return small, f"metrics: {names}"
+    if spec.stats_column is None or not reader.has_rows("log_stats"):
+        return pl.DataFrame(), ""  # nothing to chart: no query for what is known empty
     query, params, source = _stats_query(reader, spec)
     return _downsampled(reader, spec, query, params, only), source
 

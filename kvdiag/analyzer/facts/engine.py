@@ -28,12 +28,15 @@ _ENGINE_QUERIES = (
     "min(source_path) AS p FROM metric_samples GROUP BY e",
     "SELECT engine AS e, min(source_path) AS p FROM config GROUP BY e",
 )
+_ENGINE_TABLES = ("inputs", "metric_samples", "config")  # what each query reads
 
 
 def engines(reader: StoreReader) -> dict[str, SourceRef]:
     """Every engine the inputs show, with the first file that shows it (logs first)."""
     found: dict[str, SourceRef] = {}
-    for query in _ENGINE_QUERIES:
+    for query, table in zip(_ENGINE_QUERIES, _ENGINE_TABLES, strict=True):
+        if not reader.has_rows(table):  # known empty: no query
+            continue
         for engine, path in sorted(reader.sql(query).iter_rows(), key=lambda r: str(r[1])):
             if engine and engine not in found:
                 found[str(engine)] = SourceRef(str(path))
@@ -97,6 +100,8 @@ _DEVICE_SOURCES = (
 def device_facts(reader: StoreReader, facts: Facts) -> None:
     """The KV pool's device as the log names it (CPU runs: layer 1 compares with node memory)."""
     for table, column in _DEVICE_SOURCES:
+        if not reader.has_rows(table):
+            continue
         rows = reader.sql(
             f"SELECT *, upper({column}) AS _dev FROM {table} WHERE {column} IS NOT NULL "
             "ORDER BY source_path, source_line LIMIT 1"

@@ -35,6 +35,8 @@ def _scope(row: dict[str, Any], several_replicas: bool) -> tuple[tuple[str, str]
 
 def gpu_memory_facts(reader: StoreReader, facts: Facts) -> None:
     """gpu_memory_total / _used / _free (MiB), one fact per GPU."""
+    if not reader.has_rows("gpu_snapshots"):
+        return
     peaks = _peaks(reader)
     if peaks.is_empty():
         return

@@ -100,6 +100,8 @@ def model_kv_facts(reader: StoreReader, facts: Facts) -> None:
     """kv_bytes_per_token per replica, computed from config.json."""
     # A config.json file (given with --model-config, or in the folder) before a copy
     # embedded in a launch record, which names the path it was copied from.
+    if not reader.has_rows("model_config"):
+        return
     models = reader.sql(
         "SELECT * FROM model_config "
         "ORDER BY replica, model_path IS NOT NULL, source_path, source_line"

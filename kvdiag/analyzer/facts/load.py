@@ -20,15 +20,17 @@ _LOAD_FACTS: tuple[tuple[str, str, str, str, float], ...] = (
 
 def load_facts(reader: StoreReader, facts: Facts) -> None:
     """Peaks of the load gauges: from metrics when scraped, else from the stats lines."""
+    scraped, logged = reader.has_rows("metric_samples"), reader.has_rows("log_stats")
     for name, metric, column, unit, scale in _LOAD_FACTS:
-        rows = reader.sql(
-            "SELECT * FROM metric_samples WHERE metric = ? AND suffix = '' AND value = "
-            "(SELECT max(value) FROM metric_samples WHERE metric = ? AND suffix = '') "
-            "ORDER BY ts NULLS LAST, source_path, source_line LIMIT 1",
-            [metric, metric],
-        )
-        value_col = "value"
-        if rows.is_empty():
+        rows, value_col = pl.DataFrame(), "value"
+        if scraped:
+            rows = reader.sql(
+                "SELECT * FROM metric_samples WHERE metric = ? AND suffix = '' AND value = "
+                "(SELECT max(value) FROM metric_samples WHERE metric = ? AND suffix = '') "
+                "ORDER BY ts NULLS LAST, source_path, source_line LIMIT 1",
+                [metric, metric],
+            )
+        if rows.is_empty() and logged:
             rows = reader.sql(_first_peak_row(column))
             value_col = column
         if rows.height:
@@ -86,9 +88,12 @@ def preemption_facts(reader: StoreReader, facts: Facts) -> None:
         note = f"increase of {last['name']}"
         facts["preemptions"] = Fact(int(total), "preemptions", ref(last), note)
         return
-    rows = reader.sql(
-        "SELECT * FROM log_stats WHERE preemptions IS NOT NULL ORDER BY source_path, source_line"
-    )
+    rows = pl.DataFrame()
+    if reader.has_rows("log_stats"):
+        rows = reader.sql(
+            "SELECT * FROM log_stats WHERE preemptions IS NOT NULL "
+            "ORDER BY source_path, source_line"
+        )
     if rows.height:
         last = rows.row(rows.height - 1, named=True)
         facts["preemptions"] = Fact(
@@ -102,6 +107,8 @@ def preemption_facts(reader: StoreReader, facts: Facts) -> None:
 
 def _retractions(reader: StoreReader) -> Fact | None:
     """SGLang's retraction lines as one preemption count (its own events, once each)."""
+    if not reader.has_rows("log_preemptions"):
+        return None
     retracted = reader.sql(
         "SELECT * FROM log_preemptions WHERE event = 'sglang_retract' "
         "ORDER BY source_path, source_line"

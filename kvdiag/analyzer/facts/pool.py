@@ -39,6 +39,8 @@ _POOL_LINES = (
 
 
 def _pool_lines(reader: StoreReader, col: str, order: str, also: str = "") -> pl.DataFrame:
+    if not reader.has_rows("log_kv_pool"):
+        return pl.DataFrame()  # no pool line read: no query
     return reader.sql(_POOL_LINES.format(col=col, order=order, also=also))
 
 
@@ -77,14 +79,20 @@ def pool_facts(reader: StoreReader, facts: Facts) -> None:
 
 def _tokens_from_metrics(reader: StoreReader) -> list[tuple[str, Fact]]:
     """vLLM 0.33's cache_config_info kv_cache_size_tokens, else SGLang's pool gauge."""
-    cfg = first_per_replica(
-        reader.sql(
-            "SELECT * FROM config WHERE key = 'kv_cache_size_tokens' "
-            "AND value NOT IN ('None', '') ORDER BY replica, source_path, source_line"
+    cfg = (
+        first_per_replica(
+            reader.sql(
+                "SELECT * FROM config WHERE key = 'kv_cache_size_tokens' "
+                "AND value NOT IN ('None', '') ORDER BY replica, source_path, source_line"
+            )
         )
+        if reader.has_rows("config")
+        else []
     )
     if cfg:
         return [(r["replica"], Fact(int(r["value"]), "tokens", ref(r))) for r in cfg]
+    if not reader.has_rows("metric_samples"):
+        return []
     gauge = first_per_replica(
         reader.sql(
             "SELECT * FROM metric_samples WHERE metric = 'kv_pool_tokens' AND suffix = '' "

@@ -85,14 +85,20 @@ def config_rows(reader: StoreReader) -> ConfigRows:
 def _config_rows(reader: StoreReader) -> ConfigRows:
     # The first statement of each kind only (first_stated.py): the values and lines the
     # facts pick are the same, and a crash loop's restated configuration is not read.
-    rows = ConfigRows(reader.sql(first_config_rows()).to_dicts())
+    # Each source is read only when it holds rows (known from the store without a query).
+    rows = ConfigRows()
+    if reader.has_rows("config"):
+        rows += reader.sql(first_config_rows()).to_dicts()
     stating = setting_metrics()  # a gauge's row is keyed by its engine's name for the setting
-    gauges = reader.sql(first_gauge_rows(stating))
-    for r in gauges.to_dicts():
+    scraped = reader.has_rows("metric_samples")
+    gauges = reader.sql(first_gauge_rows(stating)).to_dicts() if scraped else []
+    for r in gauges:
         own = stating[r["metric"]]
         rows.append(
             {**r, "key": own.name, "value": r["_v"], "origin": "metrics", "engine": own.engine}
         )
+    if not reader.has_rows("log_engine"):
+        return rows
     engine_rows = reader.sql(first_engine_rows(_LOG_ENGINE_KEYS))
     for r in engine_rows.to_dicts():
         for column, key in _LOG_ENGINE_KEYS.items():
@@ -104,7 +110,9 @@ def _config_rows(reader: StoreReader) -> ConfigRows:
 def replicas(rows: list[dict[str, Any]], reader: StoreReader) -> list[str]:
     """Replicas that state settings or ran a log; "default" when none is named."""
     named = {str(r["replica"]) for r in rows if r.get("replica")}
-    named |= set(reader.sql("SELECT DISTINCT replica FROM log_kv_pool")["replica"].to_list())
+    if reader.has_rows("log_kv_pool"):
+        pools = reader.sql("SELECT DISTINCT replica FROM log_kv_pool")
+        named |= set(pools["replica"].to_list())
     named.discard(DEFAULT_REPLICA)
     return sorted(named) or [DEFAULT_REPLICA]
 
@@ -146,8 +154,10 @@ def engine_context(
     gpu = _gpu(reader, replica)
     pool_device = reader.memo(
         "facts.pool_device",
-        lambda: reader.scalar(
-            "SELECT lower(min(device)) FROM log_kv_pool WHERE device IS NOT NULL"
+        lambda: (
+            reader.scalar("SELECT lower(min(device)) FROM log_kv_pool WHERE device IS NOT NULL")
+            if reader.has_rows("log_kv_pool")
+            else None
         ),
     )
     device = stated("device") or {"gpu": "cuda", "cpu": "cpu"}.get(pool_device or "")
@@ -166,6 +176,8 @@ def engine_context(
 
 def _gpu(reader: StoreReader, replica: str) -> dict[str, Any]:
     """The replica's largest card and its name (every card's for the default replica)."""
+    if not reader.has_rows("gpu_snapshots"):
+        return {"mib": None, "name": None}
     per = reader.memo(
         "facts.gpu_by_replica",
         lambda: reader.sql(
@@ -206,6 +218,8 @@ def setting_facts(reader: StoreReader, facts: Facts) -> None:
 
 def _tp_from_processes(reader: StoreReader, replica: str) -> Effective | None:
     """TP size from nvidia-smi's process names (VLLM::Worker_TP0 ... Worker_TP7)."""
+    if not reader.has_rows("gpu_processes"):
+        return None
     every = reader.memo(
         "facts.tp_processes",
         lambda: reader.sql(

@@ -24,7 +24,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 
@@ -151,14 +151,24 @@ def _check_keys(where: str, got: dict[str, Any], allowed: set[str]) -> None:
         raise _fail(where, f"unknown key(s) {unknown}; allowed: {sorted(allowed)}")
 
 
-def _compile(where: str, pattern: str, polars: bool, anchored: bool = True) -> re.Pattern[str]:
-    """The pattern compiled; `polars`: also checked to compile in polars, where it runs
-    (Rust regex: no look-around, no backreferences)."""
+# How far a pack's patterns are checked: compiled in Python and in polars, where they run
+# (Rust regex: no look-around, no backreferences), in Python only, or not at all (the
+# bundled packs, which tests/test_formats.py checks in full: compiling their ~370 patterns
+# for the check alone was ~30 ms of every run; the few a run uses are compiled as used).
+Check = Literal["polars", "python", "none"]
+
+
+def _compile(
+    where: str, pattern: str, check: Check, anchored: bool = True
+) -> re.Pattern[str] | None:
+    """The pattern compiled (None when `check` is "none"), checked as `check` says."""
     if anchored and not pattern.startswith("^"):
         raise _fail(where, f"pattern must be anchored with ^: {pattern!r}")
+    if check == "none":
+        return None
     try:
         compiled = re.compile(pattern)
-        if polars:
+        if check == "polars":
             pl.Series([""]).str.contains(pattern)
     except (re.error, pl.exceptions.ComputeError) as exc:
         raise _fail(where, f"bad regex {pattern!r}: {exc}") from None
@@ -177,9 +187,9 @@ def _samples(where: str, raw: list[dict[str, Any]]) -> tuple[Sample, ...]:
     return tuple(out)
 
 
-def _envelope(where: str, raw: dict[str, Any], polars: bool) -> EnvelopeStep:
+def _envelope(where: str, raw: dict[str, Any], check: Check) -> EnvelopeStep:
     _check_keys(where, raw, _ENVELOPE_KEYS)
-    _compile(where, raw["pattern"], polars)
+    _compile(where, raw["pattern"], check)
     return EnvelopeStep(
         raw["id"],
         raw["pattern"],
@@ -190,9 +200,9 @@ def _envelope(where: str, raw: dict[str, Any], polars: bool) -> EnvelopeStep:
     )
 
 
-def _record(where: str, raw: dict[str, Any], polars: bool) -> RecordShape:
+def _record(where: str, raw: dict[str, Any], check: Check) -> RecordShape:
     _check_keys(where, raw, _RECORD_KEYS)
-    _compile(where, raw["pattern"], polars)
+    _compile(where, raw["pattern"], check)
     samples = _samples(where, raw.get("samples", []))
     if not samples:
         raise _fail(where, f"record {raw['id']!r} has no sample line")
@@ -214,12 +224,13 @@ def _check_fields(where: str, raw: dict[str, Any], table_name: str) -> dict[str,
 
 
 def _check_extract(
-    where: str, extract: dict[str, str], fields: dict[str, str], polars: bool
+    where: str, extract: dict[str, str], fields: dict[str, str], check: Check
 ) -> None:
     for name, pattern in extract.items():
         if name not in fields:
             raise _fail(where, f"extract field {name!r} is not in fields")
-        if _compile(f"{where}.extract.{name}", pattern, polars, anchored=False).groups != 1:
+        compiled = _compile(f"{where}.extract.{name}", pattern, check, anchored=False)
+        if compiled is not None and compiled.groups != 1:
             raise _fail(where, f"extract pattern for {name!r} needs exactly one group")
 
 
@@ -242,7 +253,7 @@ def _check_samples(where: str, samples: tuple[Sample, ...], variants: list[str])
         raise _fail(where, f"samples name unknown variant(s) {sorted(map(str, unknown))}")
 
 
-def _event(where: str, raw: dict[str, Any], polars: bool) -> Event:
+def _event(where: str, raw: dict[str, Any], check: Check) -> Event:
     _check_keys(where, raw, _EVENT_KEYS)
     for key in ("id", "table", "literal", "variants"):
         if key not in raw:
@@ -251,11 +262,12 @@ def _event(where: str, raw: dict[str, Any], polars: bool) -> Event:
     fields = _check_fields(where, raw, raw["table"])
     variants = tuple((str(k), str(v)) for k, v in raw["variants"].items())
     for version, pattern in variants:
-        groups = set(_compile(f"{where}.variants.{version}", pattern, polars).groupindex)
+        compiled = _compile(f"{where}.variants.{version}", pattern, check)
+        groups = set(compiled.groupindex) if compiled is not None else set()
         if extra := groups - set(fields):
             raise _fail(f"{where}.variants.{version}", f"groups {sorted(extra)} are not in fields")
     extract = {str(k): str(v) for k, v in raw.get("extract", {}).items()}
-    _check_extract(where, extract, fields, polars)
+    _check_extract(where, extract, fields, check)
     _check_config(where, raw, fields)
     samples = _samples(where, raw.get("samples", []))
     _check_samples(where, samples, [v for v, _ in variants])
@@ -278,11 +290,12 @@ def _event(where: str, raw: dict[str, Any], polars: bool) -> Event:
     )
 
 
-def parse_pack(text: str, where: str, *, check_polars: bool = True) -> FormatPack:
+def parse_pack(text: str, where: str, *, check: Check = "polars") -> FormatPack:
     """Parse and validate a pack's TOML text; errors name `where` and the offending key.
 
-    `check_polars`: compile every pattern in polars too (Python's re accepts patterns the
-    Rust engine refuses); the bundled packs are checked by the tests instead.
+    `check`: how far patterns are checked (see Check): "polars" compiles every pattern in
+    polars too (Python's re accepts patterns the Rust engine refuses); the bundled packs
+    are checked by the tests instead.
     """
     try:
         raw = tomllib.loads(text)
@@ -292,15 +305,14 @@ def parse_pack(text: str, where: str, *, check_polars: bool = True) -> FormatPac
     if raw.get("schema") != 1:
         raise _fail(where, f"unsupported schema {raw.get('schema')!r} (this kvdiag reads 1)")
     envelope = tuple(
-        _envelope(f"{where}: envelope[{i}]", e, check_polars)
+        _envelope(f"{where}: envelope[{i}]", e, check)
         for i, e in enumerate(raw.get("envelope", []))
     )
     records = tuple(
-        _record(f"{where}: record[{i}]", r, check_polars)
-        for i, r in enumerate(raw.get("record", []))
+        _record(f"{where}: record[{i}]", r, check) for i, r in enumerate(raw.get("record", []))
     )
     events = tuple(
-        _event(f"{where}: event[{i}]", e, check_polars) for i, e in enumerate(raw.get("event", []))
+        _event(f"{where}: event[{i}]", e, check) for i, e in enumerate(raw.get("event", []))
     )
     for kind, ids in (("event", [e.id for e in events]), ("record", [r.id for r in records])):
         if dupes := sorted({i for i in ids if ids.count(i) > 1}):
@@ -312,9 +324,9 @@ def parse_pack(text: str, where: str, *, check_polars: bool = True) -> FormatPac
 def load_pack(name: str) -> FormatPack:
     """A pack bundled with kvdiag, e.g. `load_pack("vllm_log")`.
 
-    Its patterns are not compiled in polars here, which every run would pay for;
-    tests/test_formats.py checks the bundled packs so.
+    Its patterns are not compiled here, which every run would pay for (in polars ~60 ms,
+    in Python ~30 ms); tests/test_formats.py checks the bundled packs in full.
     """
     ref = resources.files("kvdiag.analyzer.ingest.logs") / "formats" / f"{name}.toml"
     text = ref.read_text(encoding="utf-8")
-    return parse_pack(text, f"formats/{name}.toml", check_polars=False)
+    return parse_pack(text, f"formats/{name}.toml", check="none")
