@@ -22,9 +22,8 @@ from collections.abc import Iterator
 import polars as pl
 
 from kvdiag.analyzer.ingest.base import Account, Emit, IngestContext, InputUnit, TableBatch
-from kvdiag.analyzer.ingest.logs.format_pack import load_pack
-from kvdiag.analyzer.ingest.logs.steps import lines_frame, parse_batch
-from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
+from kvdiag.analyzer.ingest.logs.engine_log import EngineLogIngester
+from kvdiag.analyzer.ingest.logs.steps import pack_events
 
 PACK = "sglang_log"
 # SGLang's header, after an optional container or pod prefix; with a rank suffix it is
@@ -33,7 +32,6 @@ _HEADER = re.compile(
     r"(?m)^(?:\S+ )?\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?"
     r"(?P<ranks>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] "
 )
-_SNIFF_LINES = 400
 _FAILED = "sglang_kv_alloc_failed"
 _QUOTED = 70  # a pasted fragment: SGLang messages without the logger header
 _DETAIL = "sglang_kv_alloc_detail"
@@ -41,30 +39,19 @@ _DETAIL_COLUMNS = ("requested_tokens", "available_tokens", "evictable_tokens")
 _DETAIL_SPAN = 4  # lines a failure's numbers follow it by, at most (0.4.6 prints four)
 
 
-def _sniff_events(head: str) -> int:
-    """How many lines of the head are SGLang-specific events (header or not)."""
-    pack = load_pack(PACK)
-    if not any(e.literal in head for e in pack.events if e.sniff):
-        return 0  # the common case (other engines, scrapes, tables): a few substring tests
-    parsed = parse_batch(lines_frame(head.split("\n")[:_SNIFF_LINES]), pack)
-    return sum(rows.frame.height for rows in parsed.events if rows.event.sniff)
-
-
-class SglangLogIngester(VllmLogIngester):
+class SglangLogIngester(EngineLogIngester):
     """Reads SGLang server logs of any version (0.2 to 0.5), plain or with TP/DP/EP/PP ranks."""
 
     kind = "sglang_log"
     description = "SGLang server log (launch_server: scheduler, tokenizer manager, uvicorn)"
     pack_name = PACK
-
-    @classmethod
-    def quotes(cls, name: str, head: str) -> bool:
-        return cls.sniff(name, head) == _QUOTED
+    header = _HEADER
+    quoted = _QUOTED
 
     @classmethod
     def sniff(cls, name: str, head: str) -> int:
         """Above the vLLM ingester's 90 and 60 whenever SGLang's own messages are there."""
-        events = _sniff_events(head)
+        events = pack_events(PACK, head)
         headers = [m.group("ranks") for m in _HEADER.finditer(head)]
         if events and headers:
             return 95

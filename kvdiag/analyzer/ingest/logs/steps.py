@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kvdiag.analyzer.ingest.logs.format_pack import FormatPack
+from kvdiag.analyzer.ingest.logs.format_pack import FormatPack, load_pack
 from kvdiag.analyzer.ingest.logs.parse import (
     EventRows,
     apply_envelope,
@@ -139,3 +139,15 @@ def _time_keys(k: int, frame: pl.DataFrame) -> pl.DataFrame:
 def _times(stamped: pl.DataFrame) -> list[pl.Series]:
     ordered = stamped.sort("_r")
     return [ordered["ts"], ordered["ts_raw"]]
+
+
+SNIFF_LINES = 400  # lines of a file's head that sniffing looks for events in
+
+
+def pack_events(pack_name: str, head: str) -> int:
+    """How many lines of the head are events a pack marks as its engine's own (header or not)."""
+    pack = load_pack(pack_name)
+    if not any(e.literal in head for e in pack.events if e.sniff):
+        return 0  # the common case (other engines, scrapes, tables): a few substring tests
+    parsed = parse_batch(lines_frame(head.split("\n")[:SNIFF_LINES]), pack)
+    return sum(rows.frame.height for rows in parsed.events if rows.event.sniff)

@@ -27,9 +27,8 @@ import polars as pl
 
 from kvdiag.analyzer.ingest.base import Account, Emit, IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.logs.config_rows import CONFIG_COLUMNS
+from kvdiag.analyzer.ingest.logs.engine_log import EngineLogIngester
 from kvdiag.analyzer.ingest.logs.format_pack import load_pack
-from kvdiag.analyzer.ingest.logs.steps import lines_frame, parse_batch
-from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
 from kvdiag.analyzer.schema import table
 
 PACK = "tgi_log"
@@ -41,40 +40,19 @@ _HEADER = re.compile(
     r"(?:\S.*?: )?text_generation_[a-z0-9_]+(?:::\w+)*: "
     r'|"target":"text_generation_[a-z0-9_]+'
 )
-_SNIFF_LINES = 400
-_QUOTED = 65  # a pasted fragment: TGI messages without the tracing header
 _ARGS_EVENT = "tgi_launcher_args"
 _SOME = re.compile(r"^Some\((.*)\)$", re.DOTALL)
 _BARE_INT = re.compile(r"^\d+$")
 _OPENERS, _CLOSERS = "([{", ")]}"
 
 
-def _sniff_events(head: str) -> int:
-    """How many lines of the head are TGI-specific events (header or not)."""
-    pack = load_pack(PACK)
-    if not any(e.literal in head for e in pack.events if e.sniff):
-        return 0  # the common case (other engines, scrapes, tables): a few substring tests
-    parsed = parse_batch(lines_frame(head.split("\n")[:_SNIFF_LINES]), pack)
-    return sum(rows.frame.height for rows in parsed.events if rows.event.sniff)
-
-
-class TgiLogIngester(VllmLogIngester):
+class TgiLogIngester(EngineLogIngester):
     """Reads Text Generation Inference logs (launcher, router, relayed shard lines)."""
 
     kind = "tgi_log"
     description = "Text Generation Inference log (launcher Args, router warm-up and refusals)"
     pack_name = PACK
-
-    @classmethod
-    def quotes(cls, name: str, head: str) -> bool:
-        return cls.sniff(name, head) == _QUOTED
-
-    @classmethod
-    def sniff(cls, name: str, head: str) -> int:
-        """95 with TGI's own header; a TGI message without it is a quoted fragment."""
-        if _HEADER.search(head):
-            return 95
-        return _QUOTED if _sniff_events(head) else 0
+    header = _HEADER
 
     def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:
         for emit in super().ingest(unit, ctx):

@@ -26,9 +26,7 @@ import polars as pl
 
 from kvdiag.analyzer.ingest.base import Account, Emit, IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.logs.config_rows import CONFIG_COLUMNS
-from kvdiag.analyzer.ingest.logs.format_pack import load_pack
-from kvdiag.analyzer.ingest.logs.steps import lines_frame, parse_batch
-from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
+from kvdiag.analyzer.ingest.logs.engine_log import EngineLogIngester
 from kvdiag.analyzer.schema import table
 
 PACK = "trtllm_log"
@@ -39,8 +37,6 @@ _HEADER = re.compile(
     r"|\[TRT-LLM\] (?:\[(?:MPI_Rank|RANK) \d+\] )?\[[FEWIVD]\] "
     r"|\[TensorRT-LLM\] TensorRT-LLM version: )"
 )
-_SNIFF_LINES = 400
-_QUOTED = 65  # a pasted fragment: TensorRT-LLM messages without the logger prefix
 # The Python logger's asctime, and the newer C++ logger's getCurrentTimestamp.
 _STAMPS = (
     (r"^\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d$", "%m/%d/%Y-%H:%M:%S"),
@@ -55,32 +51,13 @@ _FRACTION = r"fraction is set (\d+(?:\.\d+)?)"
 _NEEDED = re.compile(r"tokensPerBlock \((\d+)\) \* maxBlocksPerSeq \((\d+)\)")
 
 
-def _sniff_events(head: str) -> int:
-    """How many lines of the head are TensorRT-LLM events (prefix or not)."""
-    pack = load_pack(PACK)
-    if not any(e.literal in head for e in pack.events if e.sniff):
-        return 0  # the common case (other engines, scrapes, tables): a few substring tests
-    parsed = parse_batch(lines_frame(head.split("\n")[:_SNIFF_LINES]), pack)
-    return sum(rows.frame.height for rows in parsed.events if rows.event.sniff)
-
-
-class TrtllmLogIngester(VllmLogIngester):
+class TrtllmLogIngester(EngineLogIngester):
     """Reads TensorRT-LLM logs (trtllm-serve, the LLM API, the Triton TRT-LLM backend)."""
 
     kind = "trtllm_log"
     description = "TensorRT-LLM log (KV cache manager sizing, executor limits, cut windows)"
     pack_name = PACK
-
-    @classmethod
-    def quotes(cls, name: str, head: str) -> bool:
-        return cls.sniff(name, head) == _QUOTED
-
-    @classmethod
-    def sniff(cls, name: str, head: str) -> int:
-        """95 with TensorRT-LLM's own logger prefix; its message without it is a fragment."""
-        if _HEADER.search(head):
-            return 95
-        return _QUOTED if _sniff_events(head) else 0
+    header = _HEADER
 
     def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:
         # The profiling pass ends at a later line: a file's rows are held until its end.

@@ -34,7 +34,7 @@ from kvdiag.analyzer.ingest.logs.batch import read_batch as read_log_batch
 from kvdiag.analyzer.ingest.logs.config_rows import FirstStatements, config_rows, decode_dicts
 from kvdiag.analyzer.ingest.logs.format_pack import FormatPack, load_pack
 from kvdiag.analyzer.ingest.logs.parse import MAX_STORED_LINE, EventRows
-from kvdiag.analyzer.ingest.logs.steps import lines_frame, parse_batch, stamp_events
+from kvdiag.analyzer.ingest.logs.steps import pack_events, stamp_events
 from kvdiag.analyzer.ingest.logs.timestamps import YearState, initial_year
 from kvdiag.analyzer.ingest.logs.triage import REJECTED, Lanes, vllm_lanes
 from kvdiag.analyzer.ingest.parallel import ordered_map
@@ -58,7 +58,6 @@ _SNIFF = re.compile(
 )
 _VLLM_WORDS = ("vllm", "vLLM", "KV cache", "Engine 000", "EngineCore", "gpu_executor")
 MAX_TEMPLATES = 500
-_SNIFF_LINES = 400
 _QUOTED = 60  # a pasted fragment: vLLM messages without the logger header
 _LOG_EVENTS = 3  # event lines in the head that make a file a log whatever its other lines
 # A batch may end only where a new record starts, so that multi-line messages, wrapped
@@ -179,7 +178,7 @@ class VllmLogIngester(Ingester):
         hits = len(_SNIFF.findall(head))
         if hits and any(w in head for w in _VLLM_WORDS):
             return 90
-        events = _sniff_events(load_pack(cls.pack_name), head)
+        events = pack_events(cls.pack_name, head)
         if events >= _LOG_EVENTS:
             return 80  # the messages repeat behind another logging format: a log
         if events:
@@ -358,13 +357,3 @@ def _record_cut(data: bytes, end: int) -> int:
     if cut:
         return starts[cut]
     return -1 if len(texts) < _CUT_SEARCH else 0
-
-
-def _sniff_events(pack: FormatPack, head: str) -> int:
-    """How many lines of the head are vLLM-specific events (header or not)."""
-    literals = {e.literal for e in pack.events if e.sniff}
-    if not any(lit in head for lit in literals):
-        return 0  # the common case (scrapes, tables) costs a few substring tests
-    lines = head.split("\n")[:_SNIFF_LINES]
-    parsed = parse_batch(lines_frame(lines), pack)
-    return sum(rows.frame.height for rows in parsed.events if rows.event.sniff)

@@ -1,0 +1,32 @@
+"""What the logs of engines other than vLLM share: vLLM's machinery run with their own pack.
+
+SGLang, TGI and TensorRT-LLM logs are read by `VllmLogIngester` with their own format pack
+(line accounting, repairs, event tables). They are told apart by the engine's own logger
+header, and a paste of the engine's messages without it (a fragment quoted in a ticket) is
+recognised by its events.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from kvdiag.analyzer.ingest.logs.steps import pack_events
+from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
+
+
+class EngineLogIngester(VllmLogIngester):
+    """A log with its engine's own header (95); its messages without it are a quoted fragment."""
+
+    header: ClassVar[re.Pattern[str]]
+    quoted: ClassVar[int] = 65  # a fragment: under any log with its engine's header (90, 95)
+
+    @classmethod
+    def quotes(cls, name: str, head: str) -> bool:
+        return cls.sniff(name, head) == cls.quoted
+
+    @classmethod
+    def sniff(cls, name: str, head: str) -> int:
+        if cls.header.search(head):
+            return 95
+        return cls.quoted if pack_events(cls.pack_name, head) else 0
