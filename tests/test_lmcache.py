@@ -61,6 +61,22 @@ def test_metrics_and_log_agree_on_what_lmcache_stored_and_found() -> None:
     assert facts["lmcache_hit_rate"] == 0.0
 
 
+def test_the_log_alone_is_enough_for_kv203(tmp_path: Path) -> None:
+    """A pasted vLLM log with LMCache's lines and no scrape: the same finding, on its lines."""
+    shutil.copy(NO_HITS / "server.log", tmp_path / "server.log")
+    diagnosis = _run(tmp_path)
+    (kv203,) = [f for f in diagnosis.findings if f.code == "KV203"]
+    stored, _, _ = _log_sums(tmp_path / "server.log", "0000")
+    assert kv203.title.startswith(f"LMCache stored {stored:,} tokens")
+    assert {e.path for e in kv203.evidence} == {"server.log"}
+    only_log = tmp_path / "plain"
+    only_log.mkdir()
+    plain = [ln for ln in (NO_HITS / "server.log").read_text().splitlines() if "LMCache" not in ln]
+    (only_log / "server.log").write_text("\n".join(plain) + "\n")
+    skipped = {r.code: r.reason for r in _run(only_log).rules if r.status == "skipped"}
+    assert "log_kv_connector" in skipped["KV203"]  # nothing to judge: says which tables
+
+
 def test_lmcache_that_stores_and_never_hits_is_named_by_kv203() -> None:
     diagnosis = _run(NO_HITS)
     (kv203,) = [f for f in diagnosis.findings if f.code == "KV203"]

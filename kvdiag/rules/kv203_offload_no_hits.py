@@ -38,7 +38,7 @@ class OffloadNoHits(Rule):
     layer = 2
     severity = Severity.WARNING
     implies = None
-    requires = ("metric_samples",)
+    requires_any = ("metric_samples", "log_kv_connector")
     thresholds = (
         Threshold("low_hit", 0.01, "ratio", "external prefix cache hits / queries (tokens)"),
         Threshold("low_load", 0.01, "ratio", "bytes loaded back / bytes stored"),
