@@ -9,6 +9,7 @@ recognised by its events.
 from __future__ import annotations
 
 import re
+from abc import abstractmethod
 from typing import ClassVar
 
 from kvdiag.analyzer.ingest.logs.steps import pack_events
@@ -18,8 +19,12 @@ from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
 class EngineLogIngester(VllmLogIngester):
     """A log with its engine's own header (95); its messages without it are a quoted fragment."""
 
-    header: ClassVar[re.Pattern[str]]
     quoted: ClassVar[int] = 65  # a fragment: under any log with its engine's header (90, 95)
+
+    @classmethod
+    @abstractmethod
+    def header(cls) -> re.Pattern[str]:
+        """The engine's own logger header: no other engine writes it."""
 
     @classmethod
     def quotes(cls, name: str, head: str) -> bool:
@@ -27,6 +32,6 @@ class EngineLogIngester(VllmLogIngester):
 
     @classmethod
     def sniff(cls, name: str, head: str) -> int:
-        if cls.header.search(head):
+        if cls.header().search(head):
             return 95
         return cls.quoted if pack_events(cls.pack_name, head) else 0

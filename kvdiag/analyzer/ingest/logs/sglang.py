@@ -45,8 +45,11 @@ class SglangLogIngester(EngineLogIngester):
     kind = "sglang_log"
     description = "SGLang server log (launch_server: scheduler, tokenizer manager, uvicorn)"
     pack_name = PACK
-    header = _HEADER
     quoted = _QUOTED
+
+    @classmethod
+    def header(cls) -> re.Pattern[str]:
+        return _HEADER
 
     @classmethod
     def sniff(cls, name: str, head: str) -> int:

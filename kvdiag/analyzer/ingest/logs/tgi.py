@@ -52,7 +52,6 @@ class TgiLogIngester(EngineLogIngester):
     kind = "tgi_log"
     description = "Text Generation Inference log (launcher Args, router warm-up and refusals)"
     pack_name = PACK
-    header = _HEADER
 
     def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:
         for emit in super().ingest(unit, ctx):
@@ -66,6 +65,10 @@ class TgiLogIngester(EngineLogIngester):
                 yield from _launcher_args(emit.frame)
             else:
                 yield emit
+
+    @classmethod
+    def header(cls) -> re.Pattern[str]:
+        return _HEADER
 
 
 def _own_stamp(note: str) -> str:

@@ -57,7 +57,6 @@ class TrtllmLogIngester(EngineLogIngester):
     kind = "trtllm_log"
     description = "TensorRT-LLM log (KV cache manager sizing, executor limits, cut windows)"
     pack_name = PACK
-    header = _HEADER
 
     def ingest(self, unit: InputUnit, ctx: IngestContext) -> Iterator[Emit]:
         # The profiling pass ends at a later line: a file's rows are held until its end.
@@ -73,6 +72,10 @@ class TrtllmLogIngester(EngineLogIngester):
             else:
                 yield emit
         yield from _release(held)
+
+    @classmethod
+    def header(cls) -> re.Pattern[str]:
+        return _HEADER
 
 
 def _own_stamps(held: dict[str, list[pl.DataFrame]]) -> bool:
