@@ -85,6 +85,17 @@ PLAN: tuple[Want, ...] = (
         )
     ),
     Want("kv_offload_config_info", ("",), How.LABELS, True, "the CPU tier's size: KV203"),
+    *(
+        Want(m, ("total",), How.LAST, False, "LMCache's stores, lookups and hits: KV203")
+        for m in (
+            "lmcache_stored_tokens",
+            "lmcache_lookup_tokens",
+            "lmcache_lookup_hit_tokens",
+            "lmcache_store_requests",
+        )
+    ),
+    Want("lmcache_local_cache_usage", ("",), How.PEAK, False, "LMCache's CPU cache: layer 1"),
+    Want("prompt_tokens_by_source", ("total",), How.LAST, False, "prompt tokens by source"),
     # SGLang states its pool and caps as gauges where vLLM has cache_config_info labels.
     Want("kv_pool_tokens", ("",), How.LABELS, True, "SGLang pool tokens: every layer"),
     Want("max_running_requests", ("",), How.LABELS, True, "SGLang request cap: KV302"),
