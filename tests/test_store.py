@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from kvdiag.analyzer.store import database as store_module
+from kvdiag.analyzer.store import memory as memory_module
 from kvdiag.analyzer.store.database import Store
 
 TINY_MB = 4
@@ -24,7 +25,9 @@ WIDE_SORT = (
 
 @contextmanager
 def _store_with_tiny(monkeypatch: pytest.MonkeyPatch, limit: str) -> Iterator[Store]:
-    monkeypatch.setattr(store_module, limit, TINY_MB)
+    for module in (store_module, memory_module):  # read where the store and the limit are
+        if hasattr(module, limit):
+            monkeypatch.setattr(module, limit, TINY_MB)
     store = Store()
     try:
         yield store
@@ -43,7 +46,7 @@ def test_a_query_over_the_memory_limit_runs_again_with_a_raised_limit(tiny_store
     frame = tiny_store.reader.sql(WIDE_SORT)
     assert frame.height == 1_000_000
     assert frame["t"][0] == "x" * 100 + "999999"
-    assert TINY_MB < tiny_store._memory.peak_mb <= store_module.MEMORY_CEILING_MB
+    assert TINY_MB < tiny_store._memory.peak_mb <= memory_module.MEMORY_CEILING_MB
     assert tiny_store._memory.mb == TINY_MB  # back down afterwards
 
 
@@ -60,8 +63,8 @@ def test_the_store_is_written_under_a_lower_limit_than_it_is_read() -> None:
     finally:
         store.finish()
     assert writing is not None and reading is not None
-    assert _mb(writing[0]) == pytest.approx(store_module.APPEND_MEMORY_LIMIT_MB, abs=0.1)
-    assert _mb(reading[0]) == pytest.approx(store_module.MEMORY_LIMIT_MB, abs=0.1)
+    assert _mb(writing[0]) == pytest.approx(memory_module.APPEND_MEMORY_LIMIT_MB, abs=0.1)
+    assert _mb(reading[0]) == pytest.approx(memory_module.MEMORY_LIMIT_MB, abs=0.1)
 
 
 def _mb(setting: str) -> float:
@@ -73,7 +76,7 @@ def _mb(setting: str) -> float:
 def test_past_the_ceiling_the_out_of_memory_error_is_raised(
     tiny_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module, "MEMORY_CEILING_MB", TINY_MB)
+    monkeypatch.setattr(memory_module, "MEMORY_CEILING_MB", TINY_MB)
     with pytest.raises(duckdb.OutOfMemoryException):
         tiny_store.reader.sql(WIDE_SORT)
 
@@ -239,8 +242,8 @@ def test_a_query_with_a_large_result_starts_from_the_write_time_limit() -> None:
         after = reader.scalar(LIMIT)
     finally:
         store.finish()
-    assert _mb(large) == pytest.approx(store_module.APPEND_MEMORY_LIMIT_MB, abs=0.1)
-    assert _mb(after) == pytest.approx(store_module.MEMORY_LIMIT_MB, abs=0.1)
+    assert _mb(large) == pytest.approx(memory_module.APPEND_MEMORY_LIMIT_MB, abs=0.1)
+    assert _mb(after) == pytest.approx(memory_module.MEMORY_LIMIT_MB, abs=0.1)
 
 
 def test_memoised_frames_take_their_size_off_the_limit_down_to_the_write_time_one() -> None:
@@ -257,9 +260,9 @@ def test_memoised_frames_take_their_size_off_the_limit_down_to_the_write_time_on
         fresh = _mb(store.reader.scalar(LIMIT))
     finally:
         store.finish()
-    assert some == pytest.approx(store_module.MEMORY_LIMIT_MB - 40, abs=0.1)
-    assert most == pytest.approx(store_module.APPEND_MEMORY_LIMIT_MB, abs=0.1)
-    assert fresh == pytest.approx(store_module.MEMORY_LIMIT_MB, abs=0.1)
+    assert some == pytest.approx(memory_module.MEMORY_LIMIT_MB - 40, abs=0.1)
+    assert most == pytest.approx(memory_module.APPEND_MEMORY_LIMIT_MB, abs=0.1)
+    assert fresh == pytest.approx(memory_module.MEMORY_LIMIT_MB, abs=0.1)
 
 
 @pytest.fixture
@@ -286,8 +289,8 @@ def test_a_large_result_over_the_write_time_limit_still_comes_back_whole(
     limits = _limits_set(floored_store, monkeypatch)
     frame = reader.sql(WIDE_SORT, large_result=True)
     assert frame.height == 1_000_000 and frame["t"][0] == "x" * 100 + "999999"
-    assert limits == [TINY_MB, store_module.MEMORY_LIMIT_MB]
-    assert floored_store._memory.mb == store_module.MEMORY_LIMIT_MB
+    assert limits == [TINY_MB, memory_module.MEMORY_LIMIT_MB]
+    assert floored_store._memory.mb == memory_module.MEMORY_LIMIT_MB
 
 
 def test_a_query_run_out_under_a_budget_gets_the_read_limit_first(
@@ -298,7 +301,7 @@ def test_a_query_run_out_under_a_budget_gets_the_read_limit_first(
     assert floored_store._memory.mb == TINY_MB  # 160 MB held: the floor
     limits = _limits_set(floored_store, monkeypatch)
     assert reader.sql(WIDE_SORT).height == 1_000_000
-    assert limits == [store_module.MEMORY_LIMIT_MB, TINY_MB]  # raised, then back to the floor
+    assert limits == [memory_module.MEMORY_LIMIT_MB, TINY_MB]  # raised, then back to the floor
 
 
 def test_interrupt_while_creating_the_tables_leaves_no_database(

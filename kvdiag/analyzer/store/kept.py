@@ -9,7 +9,8 @@ import duckdb
 
 from kvdiag.analyzer.errors import NoInputError
 from kvdiag.analyzer.schema import TABLES
-from kvdiag.analyzer.store.database import MEMORY_LIMIT_MB, MemoryLimit, StoreReader, floor_mb
+from kvdiag.analyzer.store.database import StoreReader
+from kvdiag.analyzer.store.memory import MEMORY_LIMIT_MB, MemoryLimit, floor_mb
 
 
 class KeptStore:
