@@ -25,7 +25,7 @@ KVDIAG = [sys.executable, "-m", "kvdiag"]
 FRAGMENT_SOURCE = ROOT / "fixtures" / "vllm-b-saturation" / "incident" / "server.log"
 RUNS = 5
 FLOOR = "import polars, duckdb; duckdb.connect().sql('SELECT 1 AS x').pl()"
-# As from an installed package: Python may cache kvdiag's bytecode (run_bench.installed_env).
+# As from an installed package: Python may cache kvdiag's bytecode (harness.installed_env).
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 

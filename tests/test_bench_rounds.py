@@ -1,5 +1,5 @@
-"""bench/run_bench.py times kvdiag and its baselines in rounds, so each ratio pairs times
-taken minutes apart, not all of kvdiag's runs before all of the baselines'."""
+"""bench/run_bench.py times kvdiag and its baselines in rounds (bench/harness.py), so each
+ratio pairs times taken minutes apart, not all of kvdiag's runs before all of the baselines'."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.bench_support import load_bench
 
 
 def _run_bench() -> ModuleType:
-    return load_bench("run_bench")
+    return load_bench("harness")
 
 
 def test_each_round_runs_kvdiag_then_every_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
