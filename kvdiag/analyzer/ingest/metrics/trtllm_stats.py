@@ -115,32 +115,23 @@ def _entries(text: str) -> tuple[list[tuple[int, dict[str, Any]]], tuple[int, st
     appended). Parsing stops at the first value that is not JSON, which is reported."""
     decoder, pos = json.JSONDecoder(), 0
     out: list[tuple[int, dict[str, Any]]] = []
+    line, counted = 1, 0  # the line of `counted`, advanced as entries are found
     while (pos := _skip(text, pos)) < len(text):
-        if text[pos] == "[":
-            pos = _skip(text, pos + 1)
-            while pos < len(text) and text[pos] != "]":
-                try:
-                    value, end = decoder.raw_decode(text, pos)
-                except json.JSONDecodeError as exc:
-                    return out, (exc.lineno, f"not valid JSON: {exc.msg}")
-                if isinstance(value, dict):
-                    out.append((text.count("\n", 0, pos) + 1, value))
-                pos = _skip(text, end)
-                pos = _skip(text, pos + 1) if pos < len(text) and text[pos] == "," else pos
-            pos += 1
-            continue
         try:
             value, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
             return out, (exc.lineno, f"not valid JSON: {exc.msg}")
         if isinstance(value, dict):
-            out.append((text.count("\n", 0, pos) + 1, value))
+            line, counted = line + text.count("\n", counted, pos), pos
+            out.append((line, value))
         pos = end
     return out, None
 
 
 def _skip(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos] in " \t\r\n,":
+    """Past what stands between entries: blanks, commas, and the brackets of the lists that
+    hold a poll's iterations (an entry itself is decoded whole)."""
+    while pos < len(text) and text[pos] in " \t\r\n,[]":
         pos += 1
     return pos
 
