@@ -5,10 +5,11 @@ from __future__ import annotations
 from kvdiag.analyzer.diagnosis import MissingEvidence
 from kvdiag.analyzer.store.database import StoreReader
 
+SERVER_LOGS = ("vllm_log", "sglang_log", "tgi_log", "trtllm_log")
 # (input kinds any of which supplies it, what is missing, what it would have decided, layers)
 EXPECTED_INPUTS: tuple[tuple[tuple[str, ...], str, str, tuple[int, ...]], ...] = (
     (
-        ("vllm_log", "sglang_log", "tgi_log", "trtllm_log"),
+        SERVER_LOGS,
         "no server log",
         "start-up pool sizing, memory profiling and capacity errors; the engine's own stats lines",
         (1, 3),
@@ -48,7 +49,6 @@ _ENGINE_DECIDES = {
         "iteration (trtllm-serve's /metrics); request lengths for layers 2 and 3",
     },
 }
-_SERVER_LOGS = EXPECTED_INPUTS[0][0]
 _NO_POOL = "no pool size (start-up pool line, cache_config_info or SGLang's pool gauge)"
 _LAYERS = {what: layers for _, what, _, layers in EXPECTED_INPUTS} | {_NO_POOL: (1, 3)}
 
@@ -81,7 +81,7 @@ def missing_evidence(reader: StoreReader) -> tuple[MissingEvidence, ...]:
     if reader.has_rows("gpu_snapshots"):
         kinds.add("dcgm")
     cpu = on_cpu(reader)
-    logs = kinds & set(_SERVER_LOGS)
+    logs = kinds & set(SERVER_LOGS)
     own = _ENGINE_DECIDES.get(next(iter(logs)), {}) if len(logs) == 1 else {}
     out = [
         MissingEvidence(what, own.get(what, decides))
