@@ -87,6 +87,7 @@ def test_layer_does_not_import_upward(folder: str) -> None:
 _STORE = (
     "analyzer/store/database.py",
     "analyzer/store/errors.py",
+    "analyzer/store/memory.py",  # the store's memory limit (SET memory_limit)
     "analyzer/store/kept.py",  # opens a kept database read-only
 )
 
