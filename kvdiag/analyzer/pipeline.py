@@ -135,7 +135,14 @@ def _store_inputs(store: Store, records: list[InputRecord]) -> None:
 def _ingest_all(
     found: Discovery, opts: AnalyzeOptions, store: Store, progress: Progress | None
 ) -> tuple[list[InputRecord], list[InputProblem]]:
-    ctx = IngestContext(found.root, opts.year, found.anchor, found.anchor_source)
+    # A kept database (--db) must stand without the files: it keeps every line's text.
+    ctx = IngestContext(
+        found.root,
+        opts.year,
+        found.anchor,
+        found.anchor_source,
+        text_by_reference=opts.db is None,
+    )
     records: list[InputRecord] = list(found.set_aside)
     problems: list[InputProblem] = []
     with ReadAhead(found.units, ctx) as reading:

@@ -132,7 +132,8 @@ class RuleContext:
 
     def evidence(self, row: Mapping[str, Any], what: str, value: Any) -> Evidence:
         """Evidence from a store row that carries provenance columns (a metric sample's
-        file, line and text are read back by its `sample_row` when the row lacks them)."""
+        file, line and text are read back by its `sample_row` when the row lacks them; a
+        line stored by reference is read from its file)."""
         if row.get("sample_row") is not None and (
             row.get("raw") is None or "source_path" not in row
         ):
@@ -140,6 +141,8 @@ class RuleContext:
             row = {**row, **source} if source is not None else row
         line = row.get("source_line")
         raw = row.get("raw")
+        if raw is None and "raw" in row and line is not None and row.get("source_path"):
+            raw = self.store.line_text(str(row["source_path"]), int(line))  # by reference
         return Evidence(
             path=str(row.get("source_path")),
             line=int(line) if line is not None else None,

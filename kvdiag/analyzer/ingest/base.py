@@ -84,6 +84,9 @@ class IngestContext:
     anchor_source: str | None
     # (bytes, lines) of the unit read so far: long inputs report as they go (stderr on a TTY)
     progress: Callable[[int, int], None] | None = None
+    # The store is temporary and the files stay while it is read: the lines of the largest
+    # tables may be stored by reference (raw NULL, the file's blocks in line_blocks).
+    text_by_reference: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,12 @@ def cols(*specs: tuple[str, str, str]) -> tuple[Column, ...]:
 PROVENANCE = cols(
     ("source_path", "VARCHAR", "file, relative to the incident folder"),
     ("source_line", "BIGINT", "1-based line in that file (NULL for whole-file facts)"),
-    ("raw", "VARCHAR", "the line as read (ANSI and control characters removed)"),
+    (
+        "raw",
+        "VARCHAR",
+        "the line as read (ANSI and control characters removed); NULL in a temporary "
+        "database for a line read by reference (line_blocks)",
+    ),
 )
 
 # Every log-derived table starts with these: who said it, and when.

@@ -46,6 +46,20 @@ CORE_TABLES: tuple[Table, ...] = (
         ),
     ),
     Table(
+        "line_blocks",
+        "Where a file's lines lie, block by block, so that a line whose text a table left "
+        "out (raw NULL, read by reference) can be read again from the file. Written only "
+        "while the database is temporary: a database kept with --db keeps every line's text.",
+        cols(
+            ("source_path", "VARCHAR", "file, relative to the incident folder"),
+            ("file_path", "VARCHAR", "where the file was read (absolute)"),
+            ("first_line", "BIGINT", "1-based number of the block's first line"),
+            ("lines", "BIGINT", "lines in the block"),
+            ("byte_offset", "BIGINT", "where the block starts in the file"),
+            ("byte_length", "BIGINT", "the block's length in bytes"),
+        ),
+    ),
+    Table(
         "implausible_values",
         "Values that cannot be true (out of their plausible range, NaN, infinite): each row "
         "was moved here from its table before facts and rules ran (plausible.toml).",

@@ -19,6 +19,7 @@ import polars as pl
 from kvdiag.analyzer.ingest.metrics.sample_tail import TAIL
 from kvdiag.analyzer.schema import TABLES, Table, table
 from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
+from kvdiag.analyzer.store.by_reference import BLOCKS_QUERY, Blocks
 from kvdiag.analyzer.store.errors import duckdb_errors
 from kvdiag.analyzer.store.memory import (
     MEMORY_LIMIT_MB,
@@ -130,6 +131,23 @@ class StoreReader:
             return frame
         finally:
             cur.close()
+
+    def line_text(self, source_path: str, line: int) -> str | None:
+        """The text of a line stored by reference (raw NULL), read again from its file:
+        None when the file's lines were not recorded (store/by_reference.py)."""
+        if not self.has_rows("line_blocks"):
+            return None
+        blocks = self.memo(("line_blocks", source_path), lambda: self._blocks(source_path))
+        if blocks is None:
+            return None
+        return self.memo(("line_text", source_path, line), lambda: blocks.line(line))
+
+    def _blocks(self, source_path: str) -> Blocks | None:
+        rows = self.sql(BLOCKS_QUERY, [source_path])
+        if rows.is_empty():
+            return None
+        first, lines, offset, length = (tuple(rows[c].to_list()) for c in rows.columns[1:])
+        return Blocks(str(rows["file_path"][0]), first, lines, offset, length)
 
     def scalar(self, query: str, params: Sequence[Any] | None = None) -> Any:
         """Run a query returning one value (or None when there is no row)."""

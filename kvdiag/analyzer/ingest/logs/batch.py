@@ -55,6 +55,8 @@ class BatchResult:
     repairs: Repairs
     container_lines: int  # lines timed by a container stamp
     head: pl.DataFrame | None  # the first lines, enveloped, when the batch starts the file
+    # (first line, lines, byte offset, byte length) when the chunk was read in place
+    block: tuple[int, int, int, int] | None = None
 
 
 def count_lines(lines: int, parsed: Parsed) -> LineCounts:
@@ -90,7 +92,9 @@ def read_batch(chunk: Chunk, pack: FormatPack, lanes: Lanes | None) -> BatchResu
         parsed = parse_batch(batch, pack, repairs)
         counts = count_lines(batch.height, parsed)
         head = _head(chunk, batch, pack, parsed)
-        return BatchResult(counts, parsed.events, _EMPTY_ACCESS, repairs, _stamped(parsed), head)
+        return BatchResult(
+            counts, parsed.events, _EMPTY_ACCESS, repairs, _stamped(parsed), head, _block(chunk)
+        )
     split = triage(batch, lanes)
     parsed = parse_batch(split.slow, pack, repairs)
     slow = count_lines(split.slow.height, parsed)
@@ -104,7 +108,13 @@ def read_batch(chunk: Chunk, pack: FormatPack, lanes: Lanes | None) -> BatchResu
     matched = len(parsed.events) - parsed.repaired
     events = _merge(pack, parsed.events[:matched] + split.hot) + parsed.events[matched:]
     head = _head(chunk, batch, pack, parsed)
-    return BatchResult(counts, events, split.access, repairs, _stamped(parsed), head)
+    return BatchResult(counts, events, split.access, repairs, _stamped(parsed), head, _block(chunk))
+
+
+def _block(chunk: Chunk) -> tuple[int, int, int, int] | None:
+    if chunk.span is None:
+        return None
+    return (chunk.first_line, chunk.lines, *chunk.span)
 
 
 def _head(

@@ -62,6 +62,9 @@ ACCESS_KEY = (
     r'^ - "(?P<method>[A-Z]+) (?P<path>[!-~]+) HTTP/[0-9.]+" (?P<status>[0-9]{3})(?: [A-Za-z ]*)?$'
 )
 _ODD = f"{CONTROL}|{GLUED}"
+# A column of the fast lane's event rows: true where the row's line may be stored by
+# reference (ingest/base.py IngestContext.text_by_reference).
+BY_REFERENCE = "_by_ref"
 REJECTED = 400  # access lines at or above this status keep a row each, so they can be cited
 _CONTEXT = 2  # rows around a fully parsed line that go with it (wrapped records span 3)
 
@@ -273,6 +276,9 @@ def _shape(hits: pl.DataFrame, event: Event) -> pl.DataFrame:
     groups = set(re.compile(event.variants[0][1]).groupindex)
     typed = hits.with_columns(
         pl.col("text").alias("clean"),
+        # The line reads back from its file as it is here (lines.line_of) unless bytes
+        # were not UTF-8: only then may its text be left out of the store.
+        (~pl.col("text").str.contains("\ufffd", literal=True)).alias(BY_REFERENCE),
         pl.col("line_no").alias("line_end"),
         pl.lit(0, pl.Int32).alias("part"),
         pl.lit(0, pl.Int32).alias("_variant"),

@@ -36,7 +36,7 @@ from kvdiag.analyzer.ingest.logs.format_pack import FormatPack, load_pack
 from kvdiag.analyzer.ingest.logs.parse import MAX_STORED_LINE, EventRows
 from kvdiag.analyzer.ingest.logs.steps import pack_events, stamp_events
 from kvdiag.analyzer.ingest.logs.timestamps import YearState, initial_year
-from kvdiag.analyzer.ingest.logs.triage import REJECTED, Lanes, vllm_lanes
+from kvdiag.analyzer.ingest.logs.triage import BY_REFERENCE, REJECTED, Lanes, vllm_lanes
 from kvdiag.analyzer.ingest.parallel import ordered_map
 from kvdiag.analyzer.ingest.text import lines as line_reader
 from kvdiag.analyzer.ingest.text.lines import (
@@ -166,6 +166,7 @@ class VllmLogIngester(Ingester):
         "log_requests",
         "log_kv_connector",
         "config",
+        "line_blocks",
     )
     pack_name = "vllm_log"
 
@@ -229,8 +230,9 @@ class VllmLogIngester(Ingester):
             if year is None:
                 assert result.head is not None
                 year = initial_year(ctx, path, result.head)
+            by_reference = ctx.text_by_reference and result.block is not None
             for rows in stamp_events(result.events, year, result.container_lines):
-                yield from state.emit(rows, unit, rel)
+                yield from state.emit(rows, unit, rel, by_reference)
             if (config := state.config.batch()) is not None:
                 yield TableBatch("config", config)
             state.add(result)
@@ -239,6 +241,8 @@ class VllmLogIngester(Ingester):
         done.bytes += state.read.bytes
         done.lines += state.tally.total
         yield from state.emit_access(unit, rel)
+        if ctx.text_by_reference and (blocks := state.line_blocks(rel, path)) is not None:
+            yield TableBatch("line_blocks", blocks)
         for line, message in state.read.problems():
             yield InputProblem(rel, line, message)
         yield state.account(rel, year)
@@ -265,9 +269,16 @@ class _FileState:
     cut: int = 0  # stored rows whose raw text was cut to MAX_STORED_LINE
     access: AccessBook = field(default_factory=AccessBook)  # access lines counted per key
     config: FirstStatements = field(default_factory=FirstStatements)  # a batch's, when new
+    blocks: list[tuple[int, int, int, int]] = field(default_factory=list)  # BatchResult.block
 
-    def emit(self, rows: EventRows, unit: InputUnit, rel: str) -> Iterator[TableBatch]:
+    def emit(
+        self, rows: EventRows, unit: InputUnit, rel: str, by_reference: bool = False
+    ) -> Iterator[TableBatch]:
         frame = _provenance(decode_dicts(rows.frame, rows.event), unit, rel)
+        if by_reference and BY_REFERENCE in frame.columns:
+            # the line is read again from the file when cited (store/by_reference.py)
+            kept = pl.col(BY_REFERENCE).fill_null(False).not_()
+            frame = frame.with_columns(pl.when(kept).then(pl.col("raw")).alias("raw"))
         self.tally.records += frame.height
         self.events[rows.event.id] = self.events.get(rows.event.id, 0) + frame.height
         if rows.event.table == "log_http":  # below 400 counted, rejections kept as rows
@@ -285,6 +296,8 @@ class _FileState:
 
     def add(self, result: BatchResult) -> None:
         """Count a batch's lines and keep its counted access lines."""
+        if result.block is not None:
+            self.blocks.append(result.block)
         self.add_counts(result.counts)
         self.repairs.merge(result.repairs)
         if result.access.height:
@@ -306,6 +319,22 @@ class _FileState:
         rows = self.access.table(rel, unit.replica)
         if rows is not None:
             yield TableBatch("log_http_counts", rows)
+
+    def line_blocks(self, rel: str, path: Path) -> pl.DataFrame | None:
+        """Where the file's batches lie in it (table line_blocks), if it was read in place."""
+        if not self.blocks:
+            return None
+        first, lines, offset, length = zip(*self.blocks, strict=True)
+        return pl.DataFrame(
+            {
+                "source_path": rel,
+                "file_path": str(path.resolve()),
+                "first_line": first,
+                "lines": lines,
+                "byte_offset": offset,
+                "byte_length": length,
+            }
+        )
 
     def account(self, rel: str, year: YearState | None) -> Account:
         notes = self.tally.notes

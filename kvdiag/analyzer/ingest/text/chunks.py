@@ -31,6 +31,9 @@ class Chunk:
     first_line: int
     data: bytes
     lines: int
+    # (byte offset, byte length) of the lines in the file, when it is read in place: a
+    # line can then be read again from the file instead of being kept (store/by_reference.py).
+    span: tuple[int, int] | None = None
 
 
 def _overlong_start(data: bytes, end: int) -> int:
@@ -81,6 +84,11 @@ class _Window:
             have += len(block)
         self._carry = b"".join(parts) if len(parts) > 1 else self._carry
         return self._carry, self._eof
+
+    @property
+    def position(self) -> int | None:
+        """Where the unread part starts in the file, when it is read in place."""
+        return self._pos if self._fd is not None else None
 
     def consume(self, n: int) -> None:
         if self._fd is not None:
@@ -142,8 +150,9 @@ class _Chunker:
         first = self.stats.lines + 1
         self.stats.lines += lines
         self.stats.bytes += stop
+        at = self.window.position
         self.window.consume(min(stop, len(data)))
-        yield Chunk(first, data, lines)
+        yield Chunk(first, data, lines, None if at is None else (at, stop))
 
     def _overlong(self) -> Chunk:
         """The next line is overlong: keep its head, stream past the rest."""

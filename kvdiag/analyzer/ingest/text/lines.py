@@ -35,6 +35,7 @@ __all__ = [
     "frame_lines",
     "iter_chunks",
     "iter_line_batches",
+    "line_of",
     "open_binary",
     "read_head",
     "rotation_base",
@@ -49,6 +50,23 @@ _SEP = b"\x1f"
 # Leading bytes polars takes for gzip, zlib or zstd data (it sniffs them and inflates).
 _COMPRESSED_MAGIC = (b"\x1f\x8b", b"x\x01", b"x^", b"x\x9c", b"x\xda", b"\x28\xb5\x2f\xfd")
 _ROTATED = re.compile(r"^(?P<base>.+?)(?:\.(?P<n>\d{1,4}))?(?P<gz>\.gz)?$")
+
+
+def line_of(block: bytes, index: int) -> str | None:
+    """The `index`-th line (from 0) of a block of whole lines, as `frame_lines` reads it:
+    the column separator a space, a `\\r\\n` ending dropped, invalid UTF-8 as U+FFFD.
+    None when the block has fewer lines."""
+    start = 0
+    for _ in range(index):
+        start = block.find(b"\n", start) + 1
+        if start == 0:
+            return None
+    end = block.find(b"\n", start)
+    line = block[start : end if end >= 0 else len(block)]
+    if not line and end < 0:
+        return None
+    text = line.replace(_SEP, b" ").decode("utf-8", errors="replace")
+    return text.removesuffix("\r")
 
 
 def frame_lines(chunk: bytes, first_line: int, lines: int | None = None) -> pl.DataFrame:
