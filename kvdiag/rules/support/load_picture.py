@@ -160,9 +160,48 @@ def _load_points(ctx: RuleContext) -> pl.DataFrame:
         # held two copies at the peak, and the rules' sorts and filters are no slower on
         # the chunks.
         return parts[0]
-    # Two sources: one chunk, because polars sorted and filtered the chunked concatenation
-    # through a copy several times its size.
-    return pl.concat(parts, how="vertical_relaxed", rechunk=True)
+    metrics, log = parts
+    del parts
+    return combined(metrics, log)
+
+
+def combined(metrics: pl.DataFrame, log: pl.DataFrame) -> pl.DataFrame:
+    """Both sources' points in one chunk, each replica's rows together: its metrics, then
+    its log, each source in its own order.
+
+    One chunk, because polars sorted and filtered a chunked concatenation through a copy
+    several times its size. Replicas together, so that a fleet's split is slices of it
+    (`split_by_replica`); built from slices of the sources, one copy, not a concatenation
+    and then a sort.
+    """
+    by_source = [split_by_replica(p) for p in _counts_alike(metrics, log)]
+    names = sorted({r for split in by_source for r in split}, key=lambda r: (r is None, r))
+    pieces = [split[r] for r in names for split in by_source if r in split]
+    del by_source
+    return pl.concat(pieces, how="vertical_relaxed", rechunk=True)
+
+
+_COUNTS = ("waiting", "running", "deferred")
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def _counts_alike(metrics: pl.DataFrame, log: pl.DataFrame) -> list[pl.DataFrame]:
+    """The metrics' request counts (gauges: floats) in the log's integer type where each
+    value is whole and fits, so that the two sources together keep 4 bytes a count, not 8
+    (a fleet's points at 5 GB: 66 MiB, not 104)."""
+    casts = []
+    for column in _COUNTS:
+        want = log.schema[column]
+        if want != pl.Int32 or metrics.schema[column] == want:
+            continue
+        values = metrics[column].drop_nulls()
+        whole = values.len() == 0 or bool(
+            (values == values.round()).all()
+            and _INT32[0] <= float(values.min()) <= float(values.max()) <= _INT32[1]  # type: ignore[arg-type]
+        )
+        if whole:
+            casts.append(pl.col(column).cast(want))
+    return [metrics.with_columns(casts) if casts else metrics, log]
 
 
 def _compact(part: pl.DataFrame) -> pl.DataFrame:
