@@ -7,7 +7,8 @@ imbalance is a statement about the fleet, shown here as the `hot` flag and the u
 against the median of the other replicas. KV304 speaks for the whole incident (healthy only
 when every replica is), so a replica without a problem finding gets KV304's own per-replica
 judgement.
-The load numbers are a few grouped queries over the store, whatever the number of replicas.
+The load numbers are a few grouped queries over the store, whatever the number of replicas,
+and the p95 of each replica's usage from the load points the rules already hold.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ FLEET_CODE = ReplicaImbalance.code  # judged across replicas, not within one
 _LOAD = """
 WITH m AS (
   SELECT replica,
-         quantile_disc(value, 0.95) FILTER (WHERE metric = 'kv_cache_usage') AS p95,
+         count(*) FILTER (WHERE metric = 'kv_cache_usage') AS usage_points,
          max(value) FILTER (WHERE metric = 'kv_cache_usage') AS peak,
          max(value) FILTER (WHERE metric = 'num_requests_waiting') AS waiting
   FROM metric_samples
@@ -52,14 +53,20 @@ WITH m AS (
     AND isfinite(value)
   GROUP BY replica),
 s AS (
-  SELECT replica, quantile_disc(kv_usage_pct / 100.0, 0.95) AS p95,
-         max(kv_usage_pct / 100.0) AS peak, max(waiting) AS waiting
+  SELECT replica, max(kv_usage_pct / 100.0) AS peak, max(waiting) AS waiting
   FROM log_stats WHERE kv_usage_pct IS NOT NULL GROUP BY replica)
-SELECT coalesce(m.replica, s.replica) AS replica, coalesce(m.p95, s.p95) AS p95,
+SELECT coalesce(m.replica, s.replica) AS replica,
+       CASE WHEN m.usage_points > 0 THEN 'metrics' WHEN s.peak IS NOT NULL THEN 'log' END
+         AS p95_origin,
        coalesce(m.peak, s.peak) AS peak, coalesce(m.waiting, s.waiting) AS waiting
 FROM m FULL OUTER JOIN s ON m.replica = s.replica
 ORDER BY replica
 """
+# The p95 of each replica's usage comes from the rules' load points, which hold the same
+# usage samples and stats lines (metrics where scraped, else stats lines): DuckDB's
+# quantile_disc kept every replica's values at once (an archive of 5 GB: +66 MiB at the
+# peak), and "equiprobable" is its definition (a value of the sample, at rank ceil(q n)).
+_P95 = 0.95
 
 # At most the rows of _LOAD (a replica without a name is a row per source there), read
 # first: most incidents are one replica, and _LOAD's quantiles over every usage point (a
@@ -107,6 +114,7 @@ def replica_verdicts(given: FleetInput) -> tuple[ReplicaVerdict, ...]:
     load = reader.sql(_LOAD)
     if load.height < 2:
         return ()
+    load = _with_p95(given, load)
     limits = Limits.of(given.opts)
     counts = {
         "preemptions": _increase(reader, "num_preemptions", "total"),
@@ -130,14 +138,35 @@ def replica_verdicts(given: FleetInput) -> tuple[ReplicaVerdict, ...]:
     return tuple(sorted(rows, key=_worst_first))
 
 
+def _headroom_context(given: FleetInput) -> RuleContext:
+    values = thresholds_for(KvHeadroom, given.opts.thresholds)
+    return RuleContext(KvHeadroom(), given.reader, given.facts, values)
+
+
+def _with_p95(given: FleetInput, load: pl.DataFrame) -> pl.DataFrame:
+    """The load rows with `p95`: each replica's usage p95 from the source `p95_origin` names."""
+    p95: list[dict[str, Any]] = []
+    for replica, part in points_by_replica(_headroom_context(given)).items():
+        by_origin = part.group_by("origin").agg(
+            pl.col("usage").quantile(_P95, interpolation="equiprobable").alias("p95")
+        )
+        p95 += [{"replica": replica, "p95_origin": str(o), "p95": q} for o, q in by_origin.rows()]
+    found = pl.DataFrame(
+        p95, schema={"replica": pl.String, "p95_origin": pl.String, "p95": pl.Float64}
+    )
+    keyed = load.with_columns(pl.col("replica").cast(pl.String), pl.col("p95_origin"))
+    return keyed.join(
+        found, on=["replica", "p95_origin"], how="left", nulls_equal=True, maintain_order="left"
+    )
+
+
 def _with_headroom(given: FleetInput, rows: list[ReplicaVerdict]) -> list[ReplicaVerdict]:
     """Replicas without a finding of their own: healthy when KV304 says so for them."""
     quiet = [r for r in rows if not r.codes or set(r.codes) == {FLEET_CODE}]
     if not quiet or KvHeadroom not in selected_rules(given.opts):
         return rows
+    ctx = _headroom_context(given)
     rule = KvHeadroom()
-    values = thresholds_for(KvHeadroom, given.opts.thresholds)
-    ctx = RuleContext(rule, given.reader, given.facts, values)
     parts = points_by_replica(ctx)
     judged = {}
     for row in quiet:
