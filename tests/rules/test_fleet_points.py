@@ -3,6 +3,7 @@ the split per replica a set of slices that read as the rows grouped by replica w
 
 from __future__ import annotations
 
+import duckdb
 import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -82,3 +83,19 @@ def test_fractional_gauges_keep_their_type() -> None:
     assert both.schema["waiting"] == pl.Float64
     assert both.schema["running"] == pl.Int32
     assert both.filter(pl.col("replica") == "a")["waiting"].to_list() == [0.5, 1.0, 0.0]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.floats(0, 1, allow_nan=False), st.sampled_from([0.0, 0.5, 1.0])),
+        min_size=1,
+        max_size=80,
+    )
+)
+def test_the_fleet_p95_is_duckdb_s_quantile_disc(usage: list[float]) -> None:
+    """The fleet view takes each replica's p95 from the load points in polars: the same
+    value DuckDB's quantile_disc gave when it was computed there."""
+    frame = pl.DataFrame({"u": usage})
+    want = duckdb.sql("SELECT quantile_disc(u, 0.95) FROM frame").fetchall()[0][0]
+    assert frame["u"].quantile(0.95, interpolation="equiprobable") == want
