@@ -322,3 +322,22 @@ def test_interrupt_while_creating_the_tables_leaves_no_database(
     with pytest.raises(KeyboardInterrupt):
         Store(keep)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_released_reader_holds_nothing_it_memoised() -> None:
+    store = Store()
+    try:
+        reader = store.reader
+        frame = pl.DataFrame({"x": list(range(100_000))})
+        calls: list[int] = []
+
+        def compute() -> pl.DataFrame:
+            calls.append(1)
+            return frame
+
+        assert reader.memo("points", compute) is frame
+        assert reader.memo("points", compute) is frame and len(calls) == 1
+        reader.release()
+        assert reader.memo("points", compute) is frame and len(calls) == 2  # read again
+    finally:
+        store.discard()

@@ -240,9 +240,9 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: Progress | None) -> 
                     schema={"path": pl.String, "line": pl.Int64, "message": pl.String},
                 ),
             )
-        diagnosis = _judge(
-            store.reader, _Judged(name, tuple(records), problems, doubts), opts, clock
-        )
+        judging = store.reader
+        diagnosis = _judge(judging, _Judged(name, tuple(records), problems, doubts), opts, clock)
+        judging.release()
         _tell(progress, CHARTING)
         diagnosis = _with_series(diagnosis, store.reader, clock)
     except BaseException:
@@ -294,7 +294,7 @@ def _judge(reader: StoreReader, got: _Judged, opts: AnalyzeOptions, clock: _Cloc
 
 def _with_series(diagnosis: Diagnosis, reader: StoreReader, clock: _Clock) -> Diagnosis:
     # A reader of its own: the frames the rules shared (a day of load points is hundreds
-    # of MB) are let go before the charts are read.
+    # of MB) were let go (StoreReader.release) before the charts are read.
     series, window = build_series(reader)
     clock.lap("series")
     return dataclasses.replace(diagnosis, series=series, window=window)
@@ -312,6 +312,7 @@ def analyze_kept(db: Path, opts: AnalyzeOptions) -> Analysis:
         reader = kept.reader
         got = _Judged(opts.label or db.stem, *_kept_account(reader))
         diagnosis = _judge(reader, got, opts, clock)
+        reader.release()
         diagnosis = _with_series(diagnosis, kept.reader, clock)
     finally:
         kept.close()

@@ -132,6 +132,14 @@ class StoreReader:
         finally:
             cur.close()
 
+    def release(self) -> None:
+        """Let go of what was memoised, now and not when the last reference goes: the
+        rules' reader sits in reference cycles (contexts in memoised values), so its frames
+        (a fleet's load points) lived on into the charts' reads until a cyclic collection."""
+        self._memo.clear()
+        self._held = 0
+        self._memory.give_way(0)
+
     def line_text(self, source_path: str, line: int) -> str | None:
         """The text of a line stored by reference (raw NULL), read again from its file:
         None when the file's lines were not recorded (store/by_reference.py)."""
