@@ -204,7 +204,10 @@ def _downsampled(
         query = f"SELECT * FROM ({query}) WHERE list_contains(?, replica)"
         params = [*params, only]
     sql = downsampled(_charted(query), spec.downsample, hot=_HOT.get(spec.name))
-    return reader.sql(sql, params)
+    # From the write-time limit, raised only for a query that needs more: the charts run
+    # right after the rules let go of their frames, whose pages the allocator hands back
+    # a little later, and DuckDB's full share on top made the peak of a large fleet.
+    return reader.sql(sql, params, large_result=True)
 
 
 def downsampled(query: str, how: str, max_points: int = MAX_POINTS, hot: str | None = None) -> str:

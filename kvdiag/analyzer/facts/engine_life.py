@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Fact
+from kvdiag.analyzer.diagnosis import Fact, SourceRef
 from kvdiag.analyzer.facts.base import Facts, ref
-from kvdiag.analyzer.facts.samples import SqlReader, samples
+from kvdiag.analyzer.facts.samples import SqlReader
 from kvdiag.domain.counters import counter_increase
 
 SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
@@ -26,16 +26,45 @@ def _label(name: str) -> pl.Expr:
     return pl.col("labels").str.json_path_match(f"$.{name}")
 
 
+# Numbers and the series' hash only, the label a fact reads joined from each series' labels
+# once: a day of scrapes is 259,200 samples of each of these metrics, and every column of
+# metric_samples (the labels' text on every row) held ~200 MiB at the facts' peak.
+_ROWS = (
+    "SELECT replica, engine, hash(series) AS series, ts, value, sample_row "
+    "FROM metric_samples WHERE metric = ? AND suffix = ? "
+    "ORDER BY replica, engine, series, ts NULLS FIRST, source_path, source_line"
+)
+_LABELS = (
+    "SELECT DISTINCT hash(series) AS series, labels FROM metric_samples "
+    "WHERE metric = ? AND suffix = ?"
+)
+_CITED = "SELECT source_path, source_line FROM metric_samples WHERE sample_row = ?"
+
+
+def _labelled(reader: SqlReader, metric: str, suffix: str, label: str) -> pl.DataFrame:
+    """The metric's samples (replica, engine, series, ts, value, sample_row) with one label."""
+    if not reader.has_rows("metric_samples"):
+        return pl.DataFrame()
+    rows = reader.sql(_ROWS, [metric, suffix])
+    if rows.is_empty():
+        return rows
+    labels = reader.sql(_LABELS, [metric, suffix]).select("series", _label(label).alias(label))
+    return rows.join(labels, on="series", how="left", maintain_order="left")
+
+
+def _cited(reader: SqlReader, sample_row: int) -> SourceRef:
+    return ref(reader.sql(_CITED, [sample_row]).row(0, named=True))
+
+
 def prompt_source_facts(reader: SqlReader, facts: Facts) -> None:
     """prompt_tokens_computed_share: the share of prompt tokens prefilled here, per replica."""
-    rows = samples(reader, "prompt_tokens_by_source", "total")
+    rows = _labelled(reader, "prompt_tokens_by_source", "total", "source")
     if rows.is_empty():
         return
-    rows = rows.with_columns(_label("source").alias("source"))
     replicas = rows["replica"].unique(maintain_order=True).to_list()
     found = []
     for replica in replicas:
-        fact = _computed_share(rows.filter(pl.col("replica") == replica))
+        fact = _computed_share(reader, rows.filter(pl.col("replica") == replica))
         if fact is not None:
             scope = (("replica", str(replica)),) if len(replicas) > 1 else ()
             found.append(Fact(fact.value, fact.unit, fact.source, fact.note, scope))
@@ -43,24 +72,25 @@ def prompt_source_facts(reader: SqlReader, facts: Facts) -> None:
         facts["prompt_tokens_computed_share"] = found[0] if len(found) == 1 else tuple(found)
 
 
-def _computed_share(rows: pl.DataFrame) -> Fact | None:
+def _computed_share(reader: SqlReader, rows: pl.DataFrame) -> Fact | None:
     grown = {s: counter_increase(rows.filter(pl.col("source") == s)) for s in SOURCES}
     total = sum(grown.values())
     if total <= 0 or grown["local_compute"] >= total:
         return None
     parts = ", ".join(f"{s} {grown[s]:,.0f}" for s in SOURCES)
     note = f"prompt tokens by source over the window: {parts} (vllm:prompt_tokens_by_source)"
-    last = rows.row(rows.height - 1, named=True)
-    return Fact(round(grown["local_compute"] / total, 4), "ratio", ref(last), note)
+    last = _cited(reader, int(rows["sample_row"][-1]))
+    return Fact(round(grown["local_compute"] / total, 4), "ratio", last, note)
 
 
 def sleep_facts(reader: SqlReader, facts: Facts) -> None:
     """engine_slept: the deepest sleep level seen, with the first and last moment asleep."""
-    rows = samples(reader, "engine_sleep_state")
+    rows = _labelled(reader, "engine_sleep_state", "", "sleep_state")
     if rows.is_empty():
         return
-    rows = rows.with_columns(_label("sleep_state").alias("state"))
-    asleep = rows.filter((pl.col("state") == "awake") & (pl.col("value") == 0)).sort("ts")
+    rows = rows.rename({"sleep_state": "state"})
+    awake = (pl.col("state") == "awake") & (pl.col("value") == 0)
+    asleep = rows.filter(awake).sort("ts", maintain_order=True)
     if asleep.is_empty():
         return
     levels = rows.filter(pl.col("state").is_in(list(_LEVELS)) & (pl.col("value") > 0))
@@ -69,4 +99,4 @@ def sleep_facts(reader: SqlReader, facts: Facts) -> None:
     when = f"asleep in {asleep.height} samples from {first['ts']} to {last['ts']}"
     what = f"sleep level {level}" if level else "sleep level not stated"
     note = f"{when} ({what}): the KV pool is dropped while asleep; usage then is no load"
-    facts["engine_slept"] = Fact(level or 0, "level", ref(first), note)
+    facts["engine_slept"] = Fact(level or 0, "level", _cited(reader, first["sample_row"]), note)
