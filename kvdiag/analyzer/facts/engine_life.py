@@ -27,8 +27,8 @@ def _label(name: str) -> pl.Expr:
 
 
 # Numbers and the series' hash only, the label a fact reads joined from each series' labels
-# once: a day of scrapes is 259,200 samples of each of these metrics, and every column of
-# metric_samples (the labels' text on every row) held ~200 MiB at the facts' peak.
+# once: a day of scrapes is hundreds of thousands of samples of each of these metrics, and
+# every column of metric_samples (the labels' text on every row) made the facts' peak.
 _ROWS = (
     "SELECT replica, engine, hash(series) AS series, ts, value, sample_row "
     "FROM metric_samples WHERE metric = ? AND suffix = ? "

@@ -64,8 +64,8 @@ ORDER BY replica
 """
 # The p95 of each replica's usage comes from the rules' load points, which hold the same
 # usage samples and stats lines (metrics where scraped, else stats lines): DuckDB's
-# quantile_disc kept every replica's values at once (an archive of 5 GB: +66 MiB at the
-# peak), and "equiprobable" is its definition (a value of the sample, at rank ceil(q n)).
+# quantile_disc kept every replica's values at once, and "equiprobable" is its definition
+# (a value of the sample, at rank ceil(q n)). Measurements: bench/RESULTS.md.
 _P95 = 0.95
 
 # At most the rows of _LOAD (a replica without a name is a row per source there), read
@@ -154,7 +154,7 @@ def _with_p95(given: FleetInput, load: pl.DataFrame) -> pl.DataFrame:
     found = pl.DataFrame(
         p95, schema={"replica": pl.String, "p95_origin": pl.String, "p95": pl.Float64}
     )
-    keyed = load.with_columns(pl.col("replica").cast(pl.String), pl.col("p95_origin"))
+    keyed = load.with_columns(pl.col("replica").cast(pl.String))
     return keyed.join(
         found, on=["replica", "p95_origin"], how="left", nulls_equal=True, maintain_order="left"
     )

@@ -187,8 +187,7 @@ _INT32 = (-(2**31), 2**31 - 1)
 
 def _counts_alike(metrics: pl.DataFrame, log: pl.DataFrame) -> list[pl.DataFrame]:
     """The metrics' request counts (gauges: floats) in the log's integer type where each
-    value is whole and fits, so that the two sources together keep 4 bytes a count, not 8
-    (a fleet's points at 5 GB: 66 MiB, not 104)."""
+    value is whole and fits, so that the two sources together keep 4 bytes a count, not 8."""
     casts = []
     for column in _COUNTS:
         want = log.schema[column]

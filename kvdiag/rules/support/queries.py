@@ -101,7 +101,7 @@ def split_by_replica(frame: pl.DataFrame) -> dict[Any, pl.DataFrame]:
 
     Where each replica's rows are already together (a frame sorted by replica), the parts
     are slices of the frame, not copies: a fleet's load points are kept whole and split,
-    and copies doubled them (50 replicas, 5 GB: ~100 MiB).
+    and copies held them twice.
     """
     if frame.is_empty():
         return {}
