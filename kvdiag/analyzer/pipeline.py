@@ -197,6 +197,16 @@ def _with_model_config(found: Discovery, path: Path | None) -> Discovery:
     return dataclasses.replace(found, units=units, set_aside=set_aside)
 
 
+# Up to this much input the scratch store is held in memory (Store's in_memory). DuckDB
+# spills an in-memory database's tables to its temp directory past its memory limit, so a
+# misjudged size costs speed, not memory; larger inputs get the file from the start.
+SMALL_INPUT_BYTES = 32 << 20
+
+
+def _input_bytes(found: Discovery) -> int:
+    return sum(unit.size_bytes for unit in found.units)
+
+
 def analyze(opts: AnalyzeOptions, progress: Progress | None = None) -> Analysis:
     """Run one analysis. Raises NoInputError when nothing could be ingested."""
     if not opts.incident.exists():
@@ -219,7 +229,7 @@ def _analyze(opts: AnalyzeOptions, scratch: Path, progress: Progress | None) -> 
             path=root,
         )
     name = opts.label or (root.name if root.is_dir() else root.stem)
-    store = Store(opts.db)
+    store = Store(opts.db, in_memory=_input_bytes(found) <= SMALL_INPUT_BYTES)
     try:
         with heap_for_batches():  # _allocator.py
             records, problems = _ingest_all(found, opts, store, progress)

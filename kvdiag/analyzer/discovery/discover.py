@@ -221,14 +221,26 @@ def classify_file(rel: str, head: bytes) -> tuple[type[Ingester] | None, str]:
     name = rel.rpartition("/")[2]
     if name == REDACTION_SUMMARY and text.startswith("# Redacted by kvdiag"):
         return None, "kvdiag's account of a redaction (what was replaced), not evidence"
-    scored = sorted(
-        ((ing.sniff(name, text), i, ing) for i, ing in enumerate(INGESTERS)), reverse=True
-    )
-    score, _, best = scored[0]
+    score, best = _best_sniff(name, text)
     if score <= 0:
         first = text.strip().splitlines()[0][:80] if text.strip() else ""
         return None, f"no known format recognised (first line: {first!r})"
     return best, ""
+
+
+# Cheap sniffs first, then those that may parse the head, where they still can win.
+_SNIFF_ORDER = sorted(range(len(INGESTERS)), key=lambda i: INGESTERS[i].sniff_parses)
+
+
+def _best_sniff(name: str, text: str) -> tuple[int, type[Ingester]]:
+    """The highest score and its ingester (on a tie, the later in INGESTERS)."""
+    best = (0, 0)
+    for i in _SNIFF_ORDER:
+        ing = INGESTERS[i]
+        if ing.sniff_parses and (ing.sniff_bound(name, text), i) < best:
+            continue  # parsing the head under its pack (~0.1 s) could not change the answer
+        best = max(best, (ing.sniff(name, text), i))
+    return best[0], INGESTERS[best[1]]
 
 
 def _replica_of(rel: str, replica_dirs: set[str]) -> str:

@@ -143,11 +143,20 @@ class Ingester(ABC):
     # Ingesters that read a file whole (JSON documents, small configs) declare the largest
     # they accept; discovery sets larger files aside with the reason. None: streamed.
     max_bytes: ClassVar[int | None] = None
+    # Sniffing may parse the file's head (log ingesters looking for a quoted fragment's
+    # events): discovery asks these last, telling them the score they have to beat.
+    sniff_parses: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod
     def sniff(cls, name: str, head: str) -> int:
         """How sure this ingester is that the file is its kind: 0 no, 1-100 yes."""
+
+    @classmethod
+    def sniff_bound(cls, name: str, head: str) -> int:
+        """The most `sniff` could say, found cheaply: discovery does not sniff a file with
+        an ingester whose bound another's score already beats."""
+        return 100
 
     @classmethod
     def quotes(cls, name: str, head: str) -> bool:

@@ -204,7 +204,12 @@ class StoreReader:
 class Store:
     """The incident database. Create, append frames, hand out a reader, finish or discard."""
 
-    def __init__(self, keep_at: Path | None = None) -> None:
+    def __init__(self, keep_at: Path | None = None, in_memory: bool = False) -> None:
+        """A store kept at `keep_at` (a database file, written there when finished), or a
+        scratch one: a file in a temporary folder, or for a small input (`in_memory`) held
+        in memory, which spares a small analysis the file's write-ahead log at each insert
+        (~50 ms on the bundled example). A large input needs the file: DuckDB writes its
+        tables out there under the memory limit."""
         self._final = keep_at
         if keep_at is not None:
             self._path = keep_at.with_name(keep_at.name + ".partial")
@@ -213,7 +218,10 @@ class Store:
         else:
             self._tmpdir = tempfile.TemporaryDirectory(prefix="kvdiag-")
             self._path = Path(self._tmpdir.name) / "incident.duckdb"
-        self._con = duckdb.connect(str(self._path))
+        in_memory = in_memory and keep_at is None
+        self._con = duckdb.connect(":memory:" if in_memory else str(self._path))
+        if in_memory:  # where sorts and joins spill, instead of `.tmp` in the working folder
+            self._con.execute(f"SET temp_directory = '{self._path}.tmp'")
         try:
             self._create()
         except BaseException:  # Ctrl-C while creating: the caller has no store to discard

@@ -20,6 +20,7 @@ class EngineLogIngester(VllmLogIngester):
     """A log with its engine's own header (95); its messages without it are a quoted fragment."""
 
     quoted: ClassVar[int] = 65  # a fragment: under any log with its engine's header (90, 95)
+    sniff_parses = True
 
     @classmethod
     @abstractmethod
@@ -29,6 +30,10 @@ class EngineLogIngester(VllmLogIngester):
     @classmethod
     def quotes(cls, name: str, head: str) -> bool:
         return cls.sniff(name, head) == cls.quoted
+
+    @classmethod
+    def sniff_bound(cls, name: str, head: str) -> int:
+        return 95 if cls.header().search(head) else cls.quoted
 
     @classmethod
     def sniff(cls, name: str, head: str) -> int:

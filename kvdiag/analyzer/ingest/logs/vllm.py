@@ -169,10 +169,15 @@ class VllmLogIngester(Ingester):
         "line_blocks",
     )
     pack_name = "vllm_log"
+    sniff_parses = True
 
     @classmethod
     def quotes(cls, name: str, head: str) -> bool:
         return cls.sniff(name, head) == _QUOTED
+
+    @classmethod
+    def sniff_bound(cls, name: str, head: str) -> int:
+        return 90 if _SNIFF.search(head) and any(w in head for w in _VLLM_WORDS) else 80
 
     @classmethod
     def sniff(cls, name: str, head: str) -> int:
