@@ -20,7 +20,7 @@ import pytest
 from kvdiag.analyzer.errors import NoSpaceError
 from kvdiag.analyzer.exitcodes import ExitCode
 from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
+from kvdiag.analyzer.pipeline import SMALL_INPUT_BYTES, analyze
 from kvdiag.analyzer.store import database as store_module
 from kvdiag.analyzer.store.errors import duckdb_errors
 from tests.conftest import FIXTURES
@@ -50,25 +50,48 @@ def small_disk(tmp_path: Path) -> Iterator[tuple[Path, object]]:
         subprocess.run(["umount", str(folder)], capture_output=True)
 
 
-def _kvdiag(*args: str, tmpdir: Path | None = None) -> subprocess.CompletedProcess[str]:
+def _kvdiag(
+    *args: str, tmpdir: Path | None = None, incident: Path = SATURATION
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, NO_COLOR="1")
     if tmpdir is not None:
         env["TMPDIR"] = str(tmpdir)
-    cmd = [sys.executable, "-m", "kvdiag", "analyze", str(SATURATION), "-q", *args]
+    cmd = [sys.executable, "-m", "kvdiag", "analyze", str(incident), "-q", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def _past_small_input(folder: Path) -> Path:
+    """The saturation run's log, repeated past the size whose scratch store is held in
+    memory (pipeline.SMALL_INPUT_BYTES): this store is a file in TMPDIR."""
+    text = (SATURATION / "server.log").read_bytes()
+    folder.mkdir()
+    (folder / "server.log").write_bytes(text * (SMALL_INPUT_BYTES // len(text) + 1))
+    return folder
 
 
 def test_a_full_tmpdir_stops_the_run_and_says_so(small_disk, tmp_path: Path) -> None:
     disk, mount = small_disk
-    mount("2m")  # the saturation run's scratch store needs ~5 MB
+    mount("2m")  # the scratch store of 32 MB of log needs more
+    incident = _past_small_input(tmp_path / "incident")
     report = tmp_path / "report.json"
-    done = _kvdiag("-f", "json", "-o", str(report), tmpdir=disk)
+    done = _kvdiag("-f", "json", "-o", str(report), tmpdir=disk, incident=incident)
     assert done.returncode == ExitCode.NO_SPACE, done.stderr
     assert "disk is full" in done.stderr and "No space left on device" in done.stderr
     assert f"TMPDIR ({disk})" in done.stderr
     assert "reader failed" not in done.stderr  # not blamed on the input
     assert not report.exists()
     assert not list(disk.iterdir())  # the scratch store is gone
+
+
+def test_a_small_input_needs_no_room_in_tmpdir(small_disk, tmp_path: Path) -> None:
+    """Its scratch store is held in memory (pipeline.SMALL_INPUT_BYTES)."""
+    disk, mount = small_disk
+    mount("64k")
+    report = tmp_path / "report.json"
+    done = _kvdiag("-f", "json", "-o", str(report), tmpdir=disk)
+    assert done.returncode == ExitCode.FINDINGS, done.stderr
+    assert report.exists()
+    assert not list(disk.iterdir())
 
 
 def test_a_full_disk_at_the_last_checkpoint_leaves_no_database(small_disk) -> None:
@@ -129,8 +152,8 @@ def test_a_full_disk_while_storing_ends_the_run_and_leaves_no_database(
     made: list[Path] = []
     real = store_module.Store.__init__
 
-    def tracked(self: store_module.Store, keep_at: Path | None = None) -> None:
-        real(self, keep_at)
+    def tracked(self: store_module.Store, keep_at: Path | None = None, **kw: bool) -> None:
+        real(self, keep_at, **kw)
         made.append(self._path)
 
     monkeypatch.setattr(store_module.Store, "__init__", tracked)
