@@ -148,6 +148,11 @@ def _table_frame(rows: pl.DataFrame, table_name: str) -> pl.DataFrame:
     return rows.select([c for c in declared if c in rows.columns])
 
 
+def _headed_vllm(head: str) -> bool:
+    """vLLM's logger header, and one of vLLM's own words: a vLLM log whatever else it says."""
+    return _SNIFF.search(head) is not None and any(w in head for w in _VLLM_WORDS)
+
+
 class VllmLogIngester(Ingester):
     """Reads vLLM server logs of any version (v0 and v1 engines)."""
 
@@ -177,19 +182,18 @@ class VllmLogIngester(Ingester):
 
     @classmethod
     def sniff_bound(cls, name: str, head: str) -> int:
-        return 90 if _SNIFF.search(head) and any(w in head for w in _VLLM_WORDS) else 80
+        return 90 if _headed_vllm(head) else 80
 
     @classmethod
     def sniff(cls, name: str, head: str) -> int:
-        hits = len(_SNIFF.findall(head))
-        if hits and any(w in head for w in _VLLM_WORDS):
+        if _headed_vllm(head):
             return 90
         events = pack_events(cls.pack_name, head)
         if events >= _LOG_EVENTS:
             return 80  # the messages repeat behind another logging format: a log
         if events:
             return _QUOTED
-        return 40 if hits else 0
+        return 40 if _SNIFF.search(head) else 0
 
     @classmethod
     def series_key(cls, rel: str) -> str | None:
