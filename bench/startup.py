@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 KVDIAG = [sys.executable, "-m", "kvdiag"]
 FRAGMENT_SOURCE = ROOT / "fixtures" / "vllm-b-saturation" / "incident" / "server.log"
 RUNS = 5
-FLOOR = "import polars, duckdb; duckdb.connect().sql('SELECT 1 AS x').pl()"
+FLOOR = "import polars, duckdb; polars.DataFrame(duckdb.connect().sql('SELECT 1 AS x'))"
 # As from an installed package: Python may cache kvdiag's bytecode (harness.installed_env).
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-# The issue's targets (issue 7): ratios to baselines timed in the same run, and memory.
-MAX_X_GREP = 4.0
+# The issues' targets: ratios to baselines timed in the same run, and memory (issue 7).
+# A steady log: issue 7 asked 4x grep -c; issue 31 restated it as 10x.
+MAX_X_GREP = 10.0
 MIN_X_PROMETHEUS_CLIENT = 20.0
 MAX_PEAK_MIB = 512
 MAX_FLAT_RATIO = 1.1  # largest log's peak RSS over the smallest's: "flat from 1 GB to 5 GB"

@@ -19,6 +19,7 @@ import polars as pl
 from kvdiag.analyzer.ingest.metrics.sample_tail import TAIL
 from kvdiag.analyzer.schema import TABLES, Table, table
 from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
+from kvdiag.analyzer.store.arrow_stream import FrameStream, to_polars
 from kvdiag.analyzer.store.by_reference import BLOCKS_QUERY, Blocks
 from kvdiag.analyzer.store.errors import duckdb_errors
 from kvdiag.analyzer.store.memory import (
@@ -125,7 +126,7 @@ class StoreReader:
         cur = self._con.cursor()
         try:
             frame: pl.DataFrame = self._memory.run(
-                lambda: cur.sql(query, params=list(params or [])).pl(),
+                lambda: to_polars(cur.sql(query, params=list(params or []))),
                 floor_mb() if large_result else None,
             )
             return frame
@@ -314,16 +315,22 @@ class Store:
         del frames
         cols = ", ".join(f'"{c}"' for c in frame.columns)
         insert = f'INSERT INTO "{table_name}" ({cols}) SELECT {cols} FROM _kvdiag_batch'
+        fitted = _fit(frame, table(table_name))
+        # A failed statement is rolled back whole: running it again adds no row twice.
+        self._memory.run(lambda: self._with_frame("_kvdiag_batch", fitted, insert))
+        self._filled.add(table_name)
+
+    def _with_frame(self, name: str, frame: pl.DataFrame, statement: str) -> None:
+        """Run `statement` with `frame` readable as `name`, registered for this attempt only:
+        DuckDB before 1.5 reads a registered stream once, and a retry reads it again."""
         # Unregistering after a Ctrl-C inside the Arrow read can raise that read's error
         # again, in place of the KeyboardInterrupt: it is converted back here too.
         with duckdb_errors():
-            self._con.register("_kvdiag_batch", _fit(frame, table(table_name)))
+            self._con.register(name, FrameStream(frame))
             try:
-                # A failed statement is rolled back whole: running it again adds no row twice.
-                self._memory.run(lambda: self._con.execute(insert))
+                self._con.execute(statement)
             finally:
-                self._con.unregister("_kvdiag_batch")
-        self._filled.add(table_name)
+                self._con.unregister(name)
 
     def set_aside(self, flagged: pl.DataFrame) -> None:
         """Move implausible rows out of their tables into `implausible_values`.
@@ -340,13 +347,8 @@ class Store:
             # A metric sample's row id is its rowid in metric_points (see series_tables.py).
             target = POINTS if name == SAMPLES else name
             self._thinned.add(target)
-            self._con.register("_kvdiag_rows", rows.select("row_id").unique())
-            try:
-                self._con.execute(
-                    f'DELETE FROM "{target}" WHERE rowid IN (SELECT row_id FROM _kvdiag_rows)'
-                )
-            finally:
-                self._con.unregister("_kvdiag_rows")
+            delete = f'DELETE FROM "{target}" WHERE rowid IN (SELECT row_id FROM _kvdiag_rows)'
+            self._with_frame("_kvdiag_rows", rows.select("row_id").unique(), delete)
 
     def finish(self) -> Path | None:
         """Close; with --db, move the finished database into place and return its path.

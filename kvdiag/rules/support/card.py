@@ -114,13 +114,14 @@ def card(ctx: RuleContext, replica: str | None) -> Card:
 
 
 def _on_cpu(ctx: RuleContext, replica: str | None) -> bool:
-    # The replicas only: a crash loop prints a CPU pool line at each of its starts.
+    # The replicas only: a crash loop prints a CPU pool line at each of its starts, and a
+    # CPU run names its device on every stats line (millions of rows, memoised).
     return bool(
         of_replica(
             ctx, "SELECT DISTINCT replica FROM log_kv_pool WHERE upper(device) = 'CPU'", replica
         ).height
         or of_replica(
-            ctx, "SELECT replica FROM log_stats WHERE upper(kv_device) = 'CPU'", replica
+            ctx, "SELECT DISTINCT replica FROM log_stats WHERE upper(kv_device) = 'CPU'", replica
         ).height
     )
 
