@@ -104,13 +104,16 @@ def test_polars_counts_the_lines_holding_the_literal_as_a_plain_reading_does(
 
 def test_the_floor_line_compares_the_floors_with_the_logs_budget() -> None:
     targets = load_bench("targets")
+    budget = targets.MAX_X_GREP * 0.5  # the target's ratio to grep -c's 0.5 s
     row = {"input": "1.00 GB vLLM log", "grep_c_s": 0.5, "kvdiag_fixed_s": 1.5}
-    over = targets.floor_line(row | {"polars_count_s": 1.0, "floor_s": 2.5, "floor_x_grep": 5.0})
-    assert over.endswith("budget of 2.00 s: over it before a line is parsed")
-    assert "1.5 s + polars counting one literal in every line 1 s = 2.5 s (5x grep -c)" in over
+    above = {"polars_count_s": budget - 1.0, "floor_s": budget + 0.5, "floor_x_grep": 99.0}
+    over = targets.floor_line(row | above)
+    assert over.endswith(f"budget of {budget:.2f} s: over it before a line is parsed")
+    assert f"1.5 s + polars counting one literal in every line {budget - 1.0:g} s" in over
+    assert f"= {budget + 0.5:g} s (99x grep -c)" in over
     under = targets.floor_line(row | {"polars_count_s": 0.4, "floor_s": 1.9, "floor_x_grep": 3.8})
     assert "+ polars counting one literal in every line 0.4 s = 1.9 s" in under
-    assert under.endswith("budget of 2.00 s: under it")
+    assert under.endswith(f"budget of {budget:.2f} s: under it")
 
 
 def test_kvdiag_is_timed_with_its_bytecode_cached(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -89,6 +89,7 @@ _STORE = (
     "analyzer/store/errors.py",
     "analyzer/store/memory.py",  # the store's memory limit (SET memory_limit)
     "analyzer/store/kept.py",  # opens a kept database read-only
+    "analyzer/store/arrow_stream.py",  # the store's frames to and from DuckDB, no connection
 )
 
 

@@ -68,16 +68,14 @@ class PaddingWaste(Rule):
         lens, spread_ = lengths(ctx, scope), spread(ctx, scope)
         if lens is not None:
             yield from _comparisons(ctx, scope, lens, size, lens.prompt + lens.generated / 2)
-        busy = part.filter(
-            (pl.col("usage") >= ctx.threshold("usage_min")) & (pl.col("running") > 0)
-        )
-        if busy.height < ctx.threshold("min_points"):
+        busy = (pl.col("usage") >= ctx.threshold("usage_min")) & (pl.col("running") > 0)
+        if part.select(busy.sum()).item() < ctx.threshold("min_points"):
             yield ctx.rule_out(
                 f"KV usage seldom reached {ctx.threshold('usage_min'):.0%}: no high level for "
                 "padding to inflate"
             )
             return
-        observed = _Observed(busy, size, spread_, _shares_prefixes(ctx, scope))
+        observed = _Observed(part, busy, size, spread_, _shares_prefixes(ctx, scope))
         typical = lens.prompt + lens.generated / 2 if lens is not None else spread_.longest
         yield _payload_comparison(ctx, scope, size, observed)
         line = ctx.threshold("payload_min")
@@ -135,23 +133,30 @@ class PaddingWaste(Rule):
 
 
 class _Observed:
-    """The payload range of every busy observation, and their medians.
+    """The payload range of every busy observation of `points`, and their medians.
 
     An observation's range depends on its usage and running count alone, so each distinct
     pair is judged once and counted: a dict and a range per stats line held ~250 MB at the
-    peak of a gigabyte crash loop, whose lines repeat a few thousand pairs."""
+    peak of a gigabyte crash loop, whose lines repeat a few thousand pairs. The busy rows
+    are not copied out (every column of a row per stats line: ~150 MiB at 5 GB of log, the
+    peak of the run): the pairs are counted from the two columns, and a cited row is read
+    from `points` by its index."""
 
-    def __init__(self, busy: pl.DataFrame, size: Pool, spread_: Spread, shared: bool) -> None:
+    def __init__(
+        self, points: pl.DataFrame, busy: pl.Expr, size: Pool, spread_: Spread, shared: bool
+    ) -> None:
         self.spread = spread_
         self.shared = shared
-        self.count = busy.height
-        self._busy = busy
+        self._points = points
         pairs = (
-            busy.select("usage", "running")
+            points.lazy()
+            .select("usage", "running")
             .with_row_index("first")
+            .filter(busy)
             .group_by("usage", "running")
             .agg(pl.col("first").min(), pl.len().alias("n"))
             .sort("first")
+            .collect()
         )
         self._first: list[int] = pairs["first"].to_list()
         self.ranges = [
@@ -159,6 +164,7 @@ class _Observed:
             for usage, running in zip(pairs["usage"], pairs["running"], strict=True)
         ]
         counts: list[int] = pairs["n"].to_list()
+        self.count = sum(counts)
         # The median is monotone: each observation's true ratio lies in its range, so the
         # median ratio lies between the medians of the ends.
         self.bounds = Range(
@@ -169,7 +175,7 @@ class _Observed:
     def most_padded(self) -> tuple[dict[str, Any], Range]:
         """The observation whose upper bound is lowest (first of equals)."""
         k = min(range(len(self.ranges)), key=lambda k: (self.ranges[k].high, self._first[k]))
-        return self._busy.row(self._first[k], named=True), self.ranges[k]
+        return self._points.row(self._first[k], named=True), self.ranges[k]
 
 
 def _median(values: list[float], counts: list[int]) -> float:
