@@ -23,14 +23,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kvdiag.analyzer.options import AnalyzeOptions  # noqa: E402
-from kvdiag.analyzer.pipeline import analyze  # noqa: E402
+from kvdiag.analyzer.model.stated import stated_settings  # noqa: E402
+from kvdiag.analyzer.model.traffic import traffic  # noqa: E402
 from kvdiag.analyzer.store.kept import KeptStore  # noqa: E402
-from kvdiag.compare.settings import stated_settings  # noqa: E402
+from kvdiag.domain.records.options import AnalyzeOptions  # noqa: E402
+from kvdiag.pipeline import analyze  # noqa: E402
 from kvdiag.plan.engine import baseline_setup  # noqa: E402
 from kvdiag.plan.sim import Request, simulate  # noqa: E402
 from kvdiag.plan.steptime import fit_step_model  # noqa: E402
-from kvdiag.plan.traffic import traffic  # noqa: E402
 
 TARGET_S = 10.0
 

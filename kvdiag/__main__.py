@@ -1,5 +1,5 @@
 """`python -m kvdiag` runs the CLI."""
 
-from kvdiag.analyzer.cli.main import main
+from kvdiag.cli.main import main
 
 main()

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, settings
 
-from kvdiag.analyzer.cli.main import cli
+from kvdiag.cli.main import cli
 
 # Property tests (tests/test_properties*.py): a quick profile for CI, and
 # `pytest --hypothesis-profile=deep tests/test_properties*.py` for 10,000 cases per parser.

@@ -16,12 +16,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from kvdiag.analyzer.diagnosis import Diagnosis
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
 from kvdiag.compare import BeforeAfter, compare_paths
+from kvdiag.domain.records.diagnosis import Diagnosis
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze
 from kvdiag.reports import OutputFormat, render
-from kvdiag.reports.compare_render import render_compare
+from kvdiag.reports.comparison.render import render_compare
 from tests.conftest import FIXTURES, FixtureCase, fixture_cases
 
 REGEN_COMMAND = "python -m tests.regen_goldens"

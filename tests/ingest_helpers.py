@@ -7,11 +7,11 @@ from pathlib import Path
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import InputProblem
 from kvdiag.analyzer.discovery.discover import classify_file
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.registry import INGESTERS_BY_KIND
-from kvdiag.analyzer.ingest.text.lines import read_head
+from kvdiag.analyzer.text.lines import read_head
+from kvdiag.domain.records.diagnosis import InputProblem
 
 
 @dataclass

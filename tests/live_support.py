@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
 from kvdiag.analyzer.live.promql import exposed_names
+from kvdiag.analyzer.schema.aliases import load_aliases
 
 _NAME_END = re.compile(r"[{ ]")
 

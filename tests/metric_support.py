@@ -11,10 +11,10 @@ from pathlib import Path
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import InputProblem
 from kvdiag.analyzer.discovery.discover import discover
 from kvdiag.analyzer.ingest.base import Account, IngestContext, TableBatch
 from kvdiag.analyzer.ingest.registry import INGESTERS_BY_KIND
+from kvdiag.domain.records.diagnosis import InputProblem
 from tests.conftest import FIXTURES
 
 # The HELP and TYPE lines of a gauge the alias table knows, to put samples under.

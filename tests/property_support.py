@@ -17,10 +17,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from kvdiag.analyzer.diagnosis import InputProblem
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.registry import INGESTERS_BY_KIND
 from kvdiag.analyzer.store.database import Store
+from kvdiag.domain.records.diagnosis import InputProblem
 
 SCRATCH = Path(tempfile.mkdtemp(prefix="kvdiag-properties-"))
 

@@ -7,9 +7,9 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from kvdiag.analyzer.diagnosis import Diagnosis
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
+from kvdiag.domain.records.diagnosis import Diagnosis
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze
 from kvdiag.redact.pseudonyms import Pseudonyms, learnable
 from kvdiag.reports import OutputFormat, render
 

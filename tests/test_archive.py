@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 from kvdiag.analyzer.discovery.archive import Limits, unpack
-from kvdiag.analyzer.exitcodes import ExitCode
+from kvdiag.domain.exitcodes import ExitCode
 from tests.conftest import FIXTURES, ROOT, analyze_json, run_cli
 
 SATURATION = FIXTURES / "vllm-b-saturation" / "incident"

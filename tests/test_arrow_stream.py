@@ -91,7 +91,7 @@ def test_the_store_writes_and_reads_without_pyarrow() -> None:
 
 def test_an_analysis_does_not_load_pyarrow() -> None:
     code = (
-        "import sys\nfrom kvdiag.analyzer.cli.main import main\n"
+        "import sys\nfrom kvdiag.cli.main import main\n"
         "try:\n    main(['analyze', '--example', 'vllm-b-saturation', '-q', '-o', '/dev/null'])\n"
         "except SystemExit:\n    pass\n"
         "print('PYARROW', 'pyarrow' in sys.modules)"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from kvdiag.analyzer.ingest.logs.format_pack import load_pack
 from kvdiag.analyzer.ingest.logs.triage import vllm_lanes
-from kvdiag.analyzer.ingest.text.ascii_regex import ascii_only
+from kvdiag.analyzer.text.ascii_regex import ascii_only
 
 _HOT = vllm_lanes().hot
 _PACK = load_pack("vllm_log")

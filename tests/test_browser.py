@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kvdiag.analyzer.diagnosis import Diagnosis
+from kvdiag.domain.records.diagnosis import Diagnosis
 from kvdiag.reports import view
 from kvdiag.reports.charts import line_charts
 from tests import hostile_incident

@@ -12,11 +12,11 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from kvdiag.analyzer.cli.main import cli
 from kvdiag.analyzer.ingest.base import IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
-from kvdiag.analyzer.ingest.text import lines as line_reader
 from kvdiag.analyzer.store.database import Store
+from kvdiag.analyzer.text import lines as line_reader
+from kvdiag.cli.main import cli
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-b-saturation" / "incident"
 LOG = FIXTURE / "server.log"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer import facts
-from kvdiag.analyzer.diagnosis import (
+from kvdiag.analyzer import model as facts
+from kvdiag.domain.records.diagnosis import (
     Confidence,
     Evidence,
     Fact,
@@ -18,8 +18,8 @@ from kvdiag.analyzer.diagnosis import (
     RuledOut,
     Severity,
 )
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.verdict import classify, missing, reconcile, rule_runner
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.rules.engine import classify, missing, reconcile, rule_runner
 from tests.rules.casefile import build_store, load_cases
 
 C = IncidentClass

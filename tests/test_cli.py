@@ -10,10 +10,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from kvdiag.analyzer.diagnosis import Severity
-from kvdiag.analyzer.exitcodes import ExitCode
-from kvdiag.analyzer.verdict import rule_runner
+from kvdiag.domain.exitcodes import ExitCode
+from kvdiag.domain.records.diagnosis import Severity
 from kvdiag.rules.base import Rule, RuleContext
+from kvdiag.rules.engine import rule_runner
 from tests.conftest import FIXTURES, analyze_json, run_cli
 
 SATURATION = FIXTURES / "vllm-b-saturation" / "incident"
@@ -165,7 +165,7 @@ def test_version_and_help_load_neither_polars_nor_duckdb(args: tuple[str, ...]) 
     """What a first command costs is mostly imports: printing the version or the help must
     not load the analysis' libraries (a fresh interpreter, so nothing is loaded already)."""
     code = (
-        "import sys; from kvdiag.analyzer.cli.main import main\n"
+        "import sys; from kvdiag.cli.main import main\n"
         f"try:\n    main({list(args)!r})\nexcept SystemExit:\n    pass\n"
         "heavy = [m for m in ('polars', 'duckdb', 'jinja2', 'pyarrow') if m in sys.modules]\n"
         "print('LOADED', heavy)"

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.exitcodes import ExitCode
 from kvdiag.analyzer.live import collect as collect_module
 from kvdiag.analyzer.live.collect import (
     CollectPlan,
@@ -19,6 +18,7 @@ from kvdiag.analyzer.live.collect import (
     scrape_once,
 )
 from kvdiag.analyzer.live.durations import parse_duration
+from kvdiag.domain.exitcodes import ExitCode
 from tests.conftest import FIXTURES, analyze_json, run_cli
 
 RECORDED = FIXTURES / "vllm-b-saturation" / "incident"

@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 
-from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.compare import compare_runs
-from kvdiag.compare.record import BeforeAfter, Outcome, SettingChange
 from kvdiag.compare.sides import RunEvidence, read_run
+from kvdiag.domain.records.comparison import BeforeAfter, Outcome, SettingChange
+from kvdiag.domain.records.options import AnalyzeOptions
 from kvdiag.reports import OutputFormat
 from kvdiag.reports.charts import epoch
-from kvdiag.reports.compare_charts import relative_label
-from kvdiag.reports.compare_html import render_compare_html
-from kvdiag.reports.compare_render import render_compare
+from kvdiag.reports.comparison.charts import relative_label
+from kvdiag.reports.comparison.html import render_compare_html
+from kvdiag.reports.comparison.render import render_compare
 from tests import test_browser as browsing
 from tests.conftest import FIXTURES
 from tests.goldens import PINNED_MTIME

@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 from referencing import Registry, Resource
 
-from kvdiag.compare import record
+from kvdiag.domain.records import comparison as record
 from tests.test_compare_pairs import compared
 
 

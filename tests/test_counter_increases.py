@@ -12,11 +12,11 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvdiag.analyzer.model import queries
 from kvdiag.analyzer.store.database import Store
 from kvdiag.domain import counters
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.kv301_saturation import KvSaturation
-from kvdiag.rules.support import queries
 
 T0 = datetime(2026, 11, 29, 13, 0, 0)
 _DUCKDB = duckdb.connect()  # one for every example: a connection costs more than a query

@@ -13,9 +13,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from kvdiag.analyzer.diagnosis import Diagnosis
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
+from kvdiag.domain.records.diagnosis import Diagnosis
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze
 from tests.bench_support import load_bench
 from tests.test_settings_roundtrip import fixture_settings
 

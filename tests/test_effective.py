@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kvdiag.analyzer.facts.effective import (
+from kvdiag.analyzer.model.effective import (
     EngineContext,
     default_value,
     effective_value,

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from kvdiag.analyzer.facts.effective import EngineContext, effective_value
 from kvdiag.analyzer.ingest.config.cmdline import command_settings, non_default_args, words
 from kvdiag.analyzer.ingest.logs.config_rows import python_text
+from kvdiag.analyzer.model.effective import EngineContext, effective_value
 from kvdiag.domain.settings import (
     EngineSetting,
     EngineSettings,

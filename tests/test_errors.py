@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag import rules
-from kvdiag.analyzer import errors, pipeline
-from kvdiag.analyzer.cli import main as cli_main
+from kvdiag import pipeline, rules
 from kvdiag.analyzer.discovery import archive
-from kvdiag.analyzer.errors import ArchiveLimitError, InputError, KvdiagError
-from kvdiag.analyzer.exitcodes import EXIT_CODE_HELP, ExitCode
+from kvdiag.cli import main as cli_main
+from kvdiag.domain import errors
+from kvdiag.domain.errors import ArchiveLimitError, InputError, KvdiagError
+from kvdiag.domain.exitcodes import EXIT_CODE_HELP, ExitCode
 from tests.conftest import FIXTURES, run_cli
 from tests.introspect import classes_defined_in, modules_under
 from tests.test_layering import FORBIDDEN

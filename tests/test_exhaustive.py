@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 
-from kvdiag.analyzer.diagnosis import Finding, IncidentClass, ReplicaVerdict, Severity
 from kvdiag.analyzer.ingest.base import Emit, IngestContext, Ingester, InputUnit
 from kvdiag.analyzer.ingest.logs import vllm as vllm_module
 from kvdiag.analyzer.ingest.registry import INGESTERS
-from kvdiag.analyzer.verdict import classify, fleet
+from kvdiag.domain.records.diagnosis import Finding, IncidentClass, ReplicaVerdict, Severity
 from kvdiag.reports import OutputFormat
 from kvdiag.rules import RULES
 from kvdiag.rules import kv301_saturation as saturation_module
 from kvdiag.rules.base import Rule, RuleContext
+from kvdiag.rules.engine import classify, fleet
 from tests.conftest import ROOT, FixtureCase, fixture_cases
 from tests.goldens import FILES, golden_dir
 from tests.introspect import classes_defined_in, modules_under

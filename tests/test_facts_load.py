@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze
 from tests.conftest import FIXTURES
 
 SATURATION = FIXTURES / "vllm-b-saturation" / "incident"

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from kvdiag.analyzer.diagnosis import IncidentClass
-from kvdiag.analyzer.facts.chart_series import MAX_CHARTED_REPLICAS
+from kvdiag.analyzer.model.chart_series import MAX_CHARTED_REPLICAS
+from kvdiag.domain.records.diagnosis import IncidentClass
 from tests.conftest import FIXTURES, run_cli
 from tests.live_support import (
     PrometheusServer,

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from kvdiag.analyzer.store.database import Store
-from kvdiag.analyzer.verdict.fleet import _LOAD, _REPLICAS
+from kvdiag.rules.engine.fleet import _LOAD, _REPLICAS
 
 
 def _rows(path: str, replicas: list[str | None], **columns: object) -> pl.DataFrame:

@@ -8,11 +8,11 @@ from importlib import resources
 import polars as pl
 import pytest
 
-from kvdiag.analyzer.errors import FormatPackError
 from kvdiag.analyzer.ingest.logs.config_rows import config_rows, decode_dicts
 from kvdiag.analyzer.ingest.logs.format_pack import Event, FormatPack, load_pack, parse_pack
 from kvdiag.analyzer.ingest.logs.parse import apply_envelope, parsed_expr
 from kvdiag.analyzer.ingest.logs.steps import Parsed, lines_frame, parse_batch
+from kvdiag.domain.errors import FormatPackError
 
 PACKS = ("vllm_log",)
 _HEAD = "schema = 1\nname='x'\n"

@@ -14,12 +14,12 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from kvdiag.analyzer.facts.chart_series import QUANTILE, build_series
+from kvdiag.analyzer.model import queries
+from kvdiag.analyzer.model.chart_series import QUANTILE, build_series
 from kvdiag.analyzer.store.database import Store
 from kvdiag.domain import counters, histograms
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.kv301_saturation import KvSaturation
-from kvdiag.rules.support import queries
 
 T0 = datetime(2026, 11, 29, 13, 0, 0)
 METRIC = "time_to_first_token"

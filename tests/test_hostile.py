@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.exitcodes import ExitCode
+from kvdiag.domain.exitcodes import ExitCode
 from tests.conftest import run_cli
 from tests.test_reports_json import VALIDATOR
 

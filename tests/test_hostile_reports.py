@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.diagnosis import Diagnosis
-from kvdiag.analyzer.errors import NoInputError
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
+from kvdiag.domain.errors import NoInputError
+from kvdiag.domain.records.diagnosis import Diagnosis
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze
 from kvdiag.reports import OutputFormat, render
 from tests.test_hostile import ENTRIES, corpus_incident
 from tests.test_reports_escaping import HTML_TAGS

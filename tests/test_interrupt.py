@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.exitcodes import ExitCode
+from kvdiag.domain.exitcodes import ExitCode
 from tests.conftest import FIXTURES
 
 LOG = FIXTURES / "vllm-b-saturation" / "incident" / "server.log"
@@ -50,7 +50,7 @@ class PanicException(BaseException):
 def test_ctrl_c_inside_a_polars_callback_is_an_interrupt(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from kvdiag.analyzer.cli import main as cli
+    from kvdiag.cli import main as cli
 
     def panic(**_: object) -> None:
         raise PanicException("called `Result::unwrap()` on an `Err` value: KeyboardInterrupt")

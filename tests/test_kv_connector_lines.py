@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze
 from tests.metric_support import ingest, write
 
 _P = "(Worker_TP0 pid=2078) WARNING 11-20 09:31:4{} [nixl_connector.py:2327] "

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.facts.effective import EngineContext
-from kvdiag.analyzer.facts.kv import layout_of
-from kvdiag.analyzer.facts.settings import setting
 from kvdiag.analyzer.ingest.config.cmdline import human_int, non_default_args
+from kvdiag.analyzer.model.effective import EngineContext
+from kvdiag.analyzer.model.kv import layout_of
+from kvdiag.analyzer.model.settings import setting
 from kvdiag.domain import kvmath
 from kvdiag.domain.units import GIB
 from tests.conftest import FIXTURES, fixture_cases

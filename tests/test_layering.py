@@ -12,38 +12,38 @@ PKG = Path(__file__).resolve().parents[1] / "kvdiag"
 # package folder -> module prefixes it must not import
 FORBIDDEN = {
     "rules": (
-        "kvdiag.analyzer.cli",
-        "kvdiag.analyzer.pipeline",
+        "kvdiag.cli",
+        "kvdiag.pipeline",
         "kvdiag.analyzer.ingest",
         "kvdiag.reports",
     ),
     "reports": (
-        "kvdiag.analyzer.cli",
-        "kvdiag.analyzer.pipeline",
+        "kvdiag.cli",
+        "kvdiag.pipeline",
         "kvdiag.analyzer.ingest",
         "kvdiag.analyzer.store",
         "kvdiag.rules",
         "duckdb",
         # a comparison is rendered from its record alone, as a diagnosis is
         "kvdiag.compare.judge",
-        "kvdiag.compare.load",
+        "kvdiag.analyzer.model.profile",
         "kvdiag.compare.outcome",
         "kvdiag.compare.remedies",
-        "kvdiag.compare.settings",
+        "kvdiag.analyzer.model.stated",
         "kvdiag.compare.sides",
         # a plan is rendered from its record alone
         "kvdiag.plan.run",
         "kvdiag.plan.sim",
-        "kvdiag.plan.traffic",
+        "kvdiag.analyzer.model.traffic",
         "kvdiag.plan.steptime",
         "kvdiag.plan.engine",
         "kvdiag.plan.sweep",
         "kvdiag.plan.knee",
     ),
     # judgement over two analyses: never the command line
-    "compare": ("kvdiag.analyzer.cli",),
+    "compare": ("kvdiag.cli",),
     # the simulator and the planner: never the command line or a renderer
-    "plan": ("kvdiag.analyzer.cli", "kvdiag.reports"),
+    "plan": ("kvdiag.cli", "kvdiag.reports"),
     # The domain's arithmetic is the bottom layer: pure functions everyone calls.
     "domain": (
         "kvdiag.analyzer",
@@ -53,7 +53,7 @@ FORBIDDEN = {
     ),
     "analyzer/ingest": (
         "kvdiag.analyzer.store",
-        "kvdiag.analyzer.verdict",
+        "kvdiag.rules.engine",
         "kvdiag.rules",
         "kvdiag.reports",
         "duckdb",

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.diagnosis import Fact, SourceRef
 from kvdiag.domain import ledger as domain
+from kvdiag.domain.records.diagnosis import Fact, SourceRef
 from kvdiag.reports.html import render_html, stylesheet
 from kvdiag.rules.support.ledger import Ledger, waterfall
 from tests.goldens import fixture_diagnosis

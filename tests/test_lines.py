@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvdiag.analyzer.ingest.metrics.scrape_files import read_batch
-from kvdiag.analyzer.ingest.text.lines import frame_lines
+from kvdiag.analyzer.text.lines import frame_lines
 
 
 @pytest.mark.parametrize("magic", [b"x^", b"x\x9c", b"x\xda", b"x\x01", b"\x28\xb5\x2f\xfd"])

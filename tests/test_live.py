@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kvdiag.analyzer.exitcodes import ExitCode
+from kvdiag.domain.exitcodes import ExitCode
 from tests.conftest import FixtureCase, analyze_json, fixture_cases, run_cli
 from tests.live_support import PrometheusServer, Replay, binaries, scrape_files, serve
 

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze
 from tests.conftest import FIXTURES
 from tests.metric_support import ingest, write
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kvdiag.analyzer.diagnosis import (
+from kvdiag.domain.records.diagnosis import (
     Confidence,
     Evidence,
     Extent,
@@ -25,7 +25,7 @@ from kvdiag.analyzer.diagnosis import (
     MissingEvidence,
     Severity,
 )
-from kvdiag.analyzer.verdict.classify import (
+from kvdiag.rules.engine.classify import (
     BRIEF_SECONDS,
     SUSTAINED_SECONDS,
     confidence,

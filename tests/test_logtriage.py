@@ -22,7 +22,7 @@ from kvdiag.analyzer.ingest.base import Account, IngestContext, InputProblem, In
 from kvdiag.analyzer.ingest.logs.format_pack import load_pack
 from kvdiag.analyzer.ingest.logs.triage import Lanes, vllm_lanes
 from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
-from kvdiag.analyzer.ingest.text import lines as line_reader
+from kvdiag.analyzer.text import lines as line_reader
 from tests.conftest import FIXTURES, REALDATA
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"

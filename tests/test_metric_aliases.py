@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.errors import FormatPackError
-from kvdiag.analyzer.ingest.metrics.aliases import load_aliases, parse_aliases
+from kvdiag.analyzer.schema.aliases import load_aliases, parse_aliases
+from kvdiag.domain.errors import FormatPackError
 from tests.metric_support import ingest, write
 
 TABLE = load_aliases()

@@ -13,10 +13,10 @@ import polars as pl
 import pytest
 
 from kvdiag.analyzer.discovery.discover import discover
-from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
 from kvdiag.analyzer.ingest.metrics.scrape_time import scrape_time_from_name
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
+from kvdiag.analyzer.schema.aliases import load_aliases
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze
 from tests.conftest import FIXTURES, REALDATA
 from tests.metric_support import ingest, raw_samples, same_value
 

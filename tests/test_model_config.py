@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from kvdiag.analyzer.facts.kv import layout_of
 from kvdiag.analyzer.ingest.config.model_config import model_config_row
+from kvdiag.analyzer.model.kv import layout_of
 from kvdiag.domain import kvmath
 from tests.conftest import FIXTURES, analyze_json
 from tests.ingest_helpers import ingest, kind_of, write

@@ -17,12 +17,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from kvdiag.analyzer.errors import NoSpaceError
-from kvdiag.analyzer.exitcodes import ExitCode
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import SMALL_INPUT_BYTES, analyze
 from kvdiag.analyzer.store import database as store_module
 from kvdiag.analyzer.store.errors import duckdb_errors
+from kvdiag.domain.errors import NoSpaceError
+from kvdiag.domain.exitcodes import ExitCode
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import SMALL_INPUT_BYTES, analyze
 from tests.conftest import FIXTURES
 
 SATURATION = FIXTURES / "vllm-b-saturation" / "incident"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze
 from tests.conftest import FIXTURES
 from tests.test_vllm_log import ingest, rows
 

@@ -136,7 +136,7 @@ def test_the_json_validates_against_the_shipped_schema() -> None:
 
     import jsonschema
 
-    from kvdiag.plan import record
+    from kvdiag.domain.records import plan as record
 
     text = resources.files("kvdiag.reports").joinpath("schema/plan.schema.json").read_text()
     schema = json.loads(text)
@@ -156,7 +156,7 @@ def test_the_json_validates_against_the_shipped_schema() -> None:
 def test_more_traffic_never_waits_less() -> None:
     """--load-scale 2 compresses the arrivals: the same configuration queues at least as
     deep, and the baseline beside it is still the incident's own."""
-    from kvdiag.analyzer.options import AnalyzeOptions
+    from kvdiag.domain.records.options import AnalyzeOptions
     from kvdiag.plan import PlanOptions, plan_incident
 
     path = incident("vllm-d3-rate-1x-pool-doubled")
@@ -170,10 +170,10 @@ def test_more_traffic_never_waits_less() -> None:
 
 
 def test_the_html_escapes_what_it_quotes() -> None:
-    from kvdiag.analyzer.options import AnalyzeOptions
+    from kvdiag.domain.records.options import AnalyzeOptions
     from kvdiag.plan import PlanOptions, plan_incident
     from kvdiag.reports import OutputFormat
-    from kvdiag.reports.plan_render import render_plan
+    from kvdiag.reports.plan.render import render_plan
 
     path = incident("vllm-a-healthy")
     label = "<script>alert(1)</script>"

@@ -11,10 +11,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdiag.analyzer.options import AnalyzeOptions
+from kvdiag.analyzer.model.traffic import COUNTERS
+from kvdiag.domain.records.options import AnalyzeOptions
 from kvdiag.plan import PlanOptions, plan_incident
 from kvdiag.plan.sim import Engine, Request, StepModel, simulate
-from kvdiag.plan.traffic import COUNTERS
 from tests.conftest import FIXTURES
 
 STEP = StepModel(0.01, 0.0005, 0.001, 1e-6)

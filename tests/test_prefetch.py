@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.discovery import prefetch
+from kvdiag.analyzer.text import prefetch
 from kvdiag.analyzer.discovery.discover import discover
-from kvdiag.analyzer.discovery.prefetch import HeadPrefetch, announce
 from kvdiag.analyzer.ingest.metrics.scrape_files import batches
+from kvdiag.analyzer.text.prefetch import HeadPrefetch, announce
 from tests.conftest import FIXTURES
 
 SCRAPES = FIXTURES / "vllm-b-saturation" / "incident" / "metrics"

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvdiag.analyzer.ingest.base import InputUnit
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
 from kvdiag.analyzer.progress import CHARTING, CHECKING, SAVING, TerminalProgress
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze
 from tests.conftest import FIXTURES
 
 SATURATION = FIXTURES / "vllm-b-saturation" / "incident"

@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
+from kvdiag.analyzer.schema.aliases import load_aliases
 from tests.metric_support import ingest, same_value, write
 
 LOOKUP = load_aliases().lookup_map()

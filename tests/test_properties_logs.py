@@ -13,8 +13,8 @@ import polars as pl
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvdiag.analyzer.ingest.fieldtypes import convert, convert_fields
 from kvdiag.analyzer.ingest.logs.format_pack import load_pack
+from kvdiag.analyzer.schema.fieldtypes import convert, convert_fields
 from tests.property_support import (
     any_bytes,
     check_ingest,

@@ -10,7 +10,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
+from kvdiag.analyzer.schema.aliases import load_aliases
 from tests.conftest import FIXTURES
 from tests.property_support import (
     any_bytes,

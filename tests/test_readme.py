@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kvdiag.analyzer.diagnosis import IncidentClass
-from kvdiag.analyzer.exitcodes import ExitCode
+from kvdiag.domain.exitcodes import ExitCode
+from kvdiag.domain.records.diagnosis import IncidentClass
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -23,7 +23,7 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
 
 
 def test_readme_example_command_names_a_bundled_example() -> None:
-    from kvdiag.analyzer.cli.examples import EXAMPLES
+    from kvdiag.cli.examples import EXAMPLES
 
     assert any(f"--example {name}" in _shell_blocks()[0] for name in EXAMPLES)
 

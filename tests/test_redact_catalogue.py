@@ -8,7 +8,7 @@ import re
 import polars as pl
 import pytest
 
-from kvdiag.analyzer.errors import FormatPackError
+from kvdiag.domain.errors import FormatPackError
 from kvdiag.redact.catalogue import Pattern, catalogue, category_names, parse_catalogue
 from kvdiag.redact.handlers import Resolver, replacement
 from kvdiag.redact.pseudonyms import PSEUDONYM, Pseudonyms

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.exitcodes import ExitCode
+from kvdiag.domain.exitcodes import ExitCode
 from tests.conftest import FIXTURES, analyze_json, run_cli
 
 SOURCE = FIXTURES / "vllm-b-saturation" / "incident"

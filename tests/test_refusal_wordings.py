@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.diagnosis import Diagnosis
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
+from kvdiag.domain.records.diagnosis import Diagnosis
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze
 from kvdiag.rules.support.refusals import advised_changes
 from tests.conftest import ROOT, shared
 

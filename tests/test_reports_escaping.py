@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from kvdiag.analyzer.diagnosis import Diagnosis
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
+from kvdiag.domain.records.diagnosis import Diagnosis
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze
 from kvdiag.reports import OutputFormat, render
 from tests import hostile_incident
 from tests.test_reports_html import Page

@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 import pytest
 from markupsafe import escape
 
-from kvdiag.analyzer.diagnosis import Comparison, Diagnosis, Fact, LayerResult, SourceRef
+from kvdiag.domain.records.diagnosis import Comparison, Diagnosis, Fact, LayerResult, SourceRef
 from kvdiag.reports.charts import line_charts
 from kvdiag.reports.html import render_html
 from kvdiag.reports.ledger import memory_ledgers

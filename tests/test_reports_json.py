@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from kvdiag.analyzer import diagnosis
+from kvdiag.domain.records import diagnosis
 from kvdiag.reports import OutputFormat, render
 from tests.conftest import fixture_cases
 from tests.goldens import fixture_diagnosis

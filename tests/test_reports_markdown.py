@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdiag.analyzer.diagnosis import Extent, Finding, IncidentClass, Severity
+from kvdiag.domain.records.diagnosis import Extent, Finding, IncidentClass, Severity
+from kvdiag.domain.safe_text import plain
 from kvdiag.reports import view
 from kvdiag.reports.markdown import md_code, md_text, render_markdown
-from kvdiag.reports.safe import plain
 from tests.conftest import fixture_cases
 from tests.goldens import fixture_diagnosis
 

@@ -13,17 +13,17 @@ import duckdb
 import polars as pl
 import pytest
 
-from kvdiag.analyzer.diagnosis import Series
-from kvdiag.analyzer.facts import chart_series as series_module
-from kvdiag.analyzer.facts.chart_series import (
+from kvdiag.analyzer.model import chart_series as series_module
+from kvdiag.analyzer.model.chart_series import (
     MIN_QUANTILE_WINDOW_S,
     QUANTILE,
     busiest_replicas,
     downsampled,
     incident_window,
 )
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
+from kvdiag.domain.records.diagnosis import Series
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze
 from tests.conftest import FIXTURES
 from tests.goldens import fixture_diagnosis
 

@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-import kvdiag.analyzer.facts as facts_package
-from kvdiag.analyzer.facts.base import Facts
-from kvdiag.analyzer.facts.effective import EngineContext, effective_value
-from kvdiag.analyzer.facts.settings import config_rows, engine_context, replicas, setting
+import kvdiag.analyzer.model as facts_package
 from kvdiag.analyzer.ingest.config.cmdline import command_settings, words
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
+from kvdiag.analyzer.model.base import Facts
+from kvdiag.analyzer.model.effective import EngineContext, effective_value
+from kvdiag.analyzer.model.settings import config_rows, engine_context, replicas, setting
 from kvdiag.analyzer.store.database import StoreReader
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze
 from tests.conftest import fixture_cases
 
 SNAPSHOT = Path(__file__).with_name("settings_roundtrip.json")

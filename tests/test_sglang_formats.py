@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from kvdiag.analyzer.cli.format_coverage import PACKS
 from kvdiag.analyzer.ingest.logs.format_pack import Event, load_pack
 from kvdiag.analyzer.ingest.logs.parse import parsed_expr
 from kvdiag.analyzer.ingest.logs.steps import lines_frame, parse_batch
-from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
+from kvdiag.analyzer.schema.aliases import load_aliases
+from kvdiag.cli.format_coverage import PACKS
 from tests import test_formats as checks
 from tests.conftest import run_cli
 

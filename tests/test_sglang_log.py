@@ -15,7 +15,7 @@ from kvdiag.analyzer.discovery.discover import classify_file
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.logs.sglang import SglangLogIngester
 from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
-from kvdiag.analyzer.ingest.text.lines import read_head
+from kvdiag.analyzer.text.lines import read_head
 from tests.conftest import FIXTURES, REALDATA, shared
 
 Tables = dict[str, pl.DataFrame]

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from kvdiag.analyzer.facts.effective import EngineContext, default_value
 from kvdiag.analyzer.ingest.logs.format_pack import load_pack
-from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
 from kvdiag.analyzer.live.promql import exposed_names
+from kvdiag.analyzer.model.effective import EngineContext, default_value
+from kvdiag.analyzer.schema.aliases import load_aliases
 from tests.conftest import FIXTURES, analyze_json, shared
 
 SGLANG_FIXTURES = sorted(

@@ -12,8 +12,8 @@ import pytest
 from kvdiag.analyzer.discovery.discover import discover
 from kvdiag.analyzer.ingest.base import IngestContext, TableBatch
 from kvdiag.analyzer.ingest.metrics.exposition import PromTextIngester
-from kvdiag.analyzer.ingest.metrics.sample_tail import TAIL, whole_line
 from kvdiag.analyzer.schema.metrics import SERIES_COLUMNS, SERIES_HEAD, SERIES_HINT
+from kvdiag.analyzer.schema.sample_tail import TAIL, whole_line
 from kvdiag.analyzer.store.database import Store
 from tests.metric_support import copy_real_scrapes
 

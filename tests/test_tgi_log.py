@@ -17,7 +17,7 @@ from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, Table
 from kvdiag.analyzer.ingest.config.cmdline import command_settings, words
 from kvdiag.analyzer.ingest.logs.format_pack import Event, load_pack
 from kvdiag.analyzer.ingest.logs.tgi import TgiLogIngester, parse_args
-from kvdiag.analyzer.ingest.text.lines import read_head
+from kvdiag.analyzer.text.lines import read_head
 from tests import test_formats
 from tests.conftest import FIXTURES, REALDATA, analyze_json, shared
 

@@ -13,7 +13,7 @@ import pytest
 from kvdiag.analyzer.discovery.discover import classify_file
 from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.metrics.trtllm_stats import TrtllmStatsIngester
-from kvdiag.analyzer.ingest.text.lines import read_head
+from kvdiag.analyzer.text.lines import read_head
 
 # docs/source/commands/trtllm-serve/trtllm-serve.rst's example output (its "..." left out).
 DOC_EXAMPLE = """[

@@ -15,9 +15,9 @@ from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, Table
 from kvdiag.analyzer.ingest.logs.format_pack import load_pack
 from kvdiag.analyzer.ingest.logs.steps import lines_frame, parse_batch
 from kvdiag.analyzer.ingest.logs.vllm import VllmLogIngester
-from kvdiag.analyzer.ingest.text import lines as line_reader
-from kvdiag.analyzer.ingest.text.lines import read_head
 from kvdiag.analyzer.store.database import Store
+from kvdiag.analyzer.text import lines as line_reader
+from kvdiag.analyzer.text.lines import read_head
 from tests.conftest import REALDATA, shared
 
 

@@ -55,7 +55,7 @@ def test_example_runs_from_the_installed_wheel(installed: Path, tmp_path: Path) 
     where = _run(
         installed,
         "-c",
-        "import kvdiag.analyzer.cli.examples as e; print(e.example_path('vllm-b-saturation'))",
+        "import kvdiag.cli.examples as e; print(e.example_path('vllm-b-saturation'))",
         cwd=tmp_path,
     )
     assert where.stdout.strip().startswith(str(installed)), where

@@ -13,11 +13,11 @@ import tempfile
 from pathlib import Path
 
 from kvdiag import __version__
-from kvdiag.analyzer.options import AnalyzeOptions
 from kvdiag.analyzer.progress import Progress
 from kvdiag.compare import judge, outcome, remedies
-from kvdiag.compare.record import BeforeAfter, Outcome, Side
 from kvdiag.compare.sides import RunEvidence, read_run
+from kvdiag.domain.records.comparison import BeforeAfter, Outcome, Side
+from kvdiag.domain.records.options import AnalyzeOptions
 
 __all__ = ["BeforeAfter", "Outcome", "compare_paths", "compare_runs"]
 

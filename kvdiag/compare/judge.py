@@ -3,8 +3,7 @@ the user-facing outcome, per unit of load when the loads differ."""
 
 from __future__ import annotations
 
-from kvdiag.analyzer.diagnosis import Diagnosis, Fact, LayerResult, Scalar
-from kvdiag.compare.load import Measure
+from kvdiag.analyzer.model.profile import Measure
 from kvdiag.compare.quantities import (
     DECIDES_LOAD,
     LAYER_FACTS,
@@ -14,8 +13,9 @@ from kvdiag.compare.quantities import (
     ROW_DIRECTION,
     Spec,
 )
-from kvdiag.compare.record import LayerChange, LoadComparison, Quantity, SettingChange
 from kvdiag.compare.sides import RunEvidence
+from kvdiag.domain.records.comparison import LayerChange, LoadComparison, Quantity, SettingChange
+from kvdiag.domain.records.diagnosis import Diagnosis, Fact, LayerResult, Scalar
 
 LAYER_TITLES = {1: "Pool vs card", 2: "Payload vs percentage", 3: "Peak demand vs pool"}
 

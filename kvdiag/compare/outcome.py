@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kvdiag.analyzer.diagnosis import Diagnosis, IncidentClass
 from kvdiag.compare.quantities import EXPLAINS
-from kvdiag.compare.record import LoadComparison, Outcome, Quantity, SettingChange
-from kvdiag.reports.fmt import fmt_quantity, fmt_setting
+from kvdiag.domain.fmt import fmt_quantity, fmt_setting
+from kvdiag.domain.records.comparison import LoadComparison, Outcome, Quantity, SettingChange
+from kvdiag.domain.records.diagnosis import Diagnosis, IncidentClass
 
 _NOT_PROBLEMS = {IncidentClass.HEALTHY, IncidentClass.INSUFFICIENT_EVIDENCE}
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 
-from kvdiag.analyzer.diagnosis import Diagnosis, Finding, IncidentClass, Remedy
 from kvdiag.analyzer.ingest.config.cmdline import normalise
-from kvdiag.compare.record import RemedyCheck
-from kvdiag.compare.settings import Stated
+from kvdiag.analyzer.model.stated import Stated
+from kvdiag.domain.records.comparison import RemedyCheck
+from kvdiag.domain.records.diagnosis import Diagnosis, Finding, IncidentClass, Remedy
 from kvdiag.domain.settings import engine_settings
 
 _FLAG = re.compile(r"^\s*(--[a-z][a-z0-9_-]*)(?:[ =]([^\s;(]+))?")

@@ -12,13 +12,13 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvdiag.analyzer.diagnosis import Diagnosis
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze, analyze_kept
+from kvdiag.analyzer.model.profile import Profile, profile
+from kvdiag.analyzer.model.stated import Stated, stated_settings
 from kvdiag.analyzer.progress import Progress
 from kvdiag.analyzer.store.kept import KeptStore
-from kvdiag.compare.load import Profile, profile
-from kvdiag.compare.settings import Stated, stated_settings
+from kvdiag.domain.records.diagnosis import Diagnosis
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze, analyze_kept
 
 DUCKDB_MAGIC = b"DUCK"  # at byte 8 of every DuckDB database file
 

@@ -9,8 +9,8 @@ then on each changed one (engine.py sizes the pool as the engine would).
 
 from __future__ import annotations
 
-from kvdiag.analyzer.errors import NotPlannableError, PlanFlagError
-from kvdiag.plan.record import Plan
+from kvdiag.domain.errors import NotPlannableError, PlanFlagError
+from kvdiag.domain.records.plan import Plan
 from kvdiag.plan.run import PlanOptions, plan_incident
 
 __all__ = ["NotPlannableError", "Plan", "PlanFlagError", "PlanOptions", "plan_incident"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kvdiag.analyzer.diagnosis import Fact
+from kvdiag.analyzer.model.profile import Profile
 from kvdiag.analyzer.store.database import StoreReader
-from kvdiag.compare.load import Profile
+from kvdiag.domain.records.diagnosis import Fact
+from kvdiag.domain.records.plan import Outcome
 from kvdiag.plan.engine import Setup
-from kvdiag.plan.record import Outcome
 from kvdiag.plan.sim import Result
 from kvdiag.plan.validate import quantile
 

@@ -8,24 +8,24 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kvdiag import __version__
-from kvdiag.analyzer.diagnosis import Diagnosis, Fact
-from kvdiag.analyzer.errors import NotPlannableError
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
+from kvdiag.analyzer.model.profile import Profile, profile
+from kvdiag.analyzer.model.queries import histogram_buckets
+from kvdiag.analyzer.model.stated import stated_settings
+from kvdiag.analyzer.model.traffic import DEFAULT_SEED, Traffic, traffic
 from kvdiag.analyzer.store.database import StoreReader
 from kvdiag.analyzer.store.kept import KeptStore
-from kvdiag.compare.load import Profile, profile
-from kvdiag.compare.settings import stated_settings
+from kvdiag.domain.errors import NotPlannableError
+from kvdiag.domain.records.diagnosis import Diagnosis, Fact
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.domain.records.plan import KneeAt, LoadUsed, Plan, Scenario, StepFit
+from kvdiag.pipeline import analyze
 from kvdiag.plan import sweep
 from kvdiag.plan.engine import Setup, apply, baseline_setup, parse_flags
 from kvdiag.plan.knee import find_knee
 from kvdiag.plan.outcomes import observed_drain, observed_outcome, simulated_outcome
-from kvdiag.plan.record import KneeAt, LoadUsed, Plan, Scenario, StepFit
 from kvdiag.plan.sim import Request, simulate
 from kvdiag.plan.steptime import Fit, fit_step_model
-from kvdiag.plan.traffic import DEFAULT_SEED, Traffic, traffic
 from kvdiag.plan.validate import errors, within
-from kvdiag.rules.support.queries import histogram_buckets
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

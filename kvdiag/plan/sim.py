@@ -23,15 +23,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    arrival: float  # seconds from the load's start, when `after` is None
-    prompt: int
-    output: int  # tokens it generates before it finishes
-    cached: int = 0  # prompt tokens found in the prefix cache on its first admission
-    after: int | None = None  # sent `gap` seconds after this request (index) finished
-    gap: float = 0.0
+from kvdiag.domain.records.traffic import Request
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from kvdiag.analyzer.diagnosis import Diagnosis
-from kvdiag.analyzer.errors import KvdiagError
+from kvdiag.analyzer.model.traffic import Traffic
+from kvdiag.domain.errors import KvdiagError
+from kvdiag.domain.records.diagnosis import Diagnosis
+from kvdiag.domain.records.plan import Outcome, Scenario
 from kvdiag.plan.engine import Setup, apply, parse_flags
-from kvdiag.plan.record import Outcome, Scenario
-from kvdiag.plan.traffic import Traffic
 
 CLEAR_QUEUE_S = 1.0
 COARSE_WIDEN = 0.25  # a drawn load's predictions are this much less certain each way

@@ -12,7 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 from kvdiag.domain.histograms import bucket_quantile
-from kvdiag.plan.record import Outcome
+from kvdiag.domain.records.plan import Outcome
 
 USAGE_POINTS = 0.10
 WAITING_SHARE, WAITING_ABS = 0.25, 3

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from kvdiag.analyzer.discovery import archive
 from kvdiag.analyzer.discovery.discover import REDACTION_SUMMARY, SeriesMembers, classify_file
-from kvdiag.analyzer.errors import NoInputError
-from kvdiag.analyzer.ingest.text.source import ReadStats, raw_source, read_head, text_source
+from kvdiag.analyzer.text.source import ReadStats, raw_source, read_head, text_source
+from kvdiag.domain.errors import NoInputError
 from kvdiag.redact.outputs import BundleWriter
 from kvdiag.redact.pseudonyms import Pseudonyms
 from kvdiag.redact.scrub import Scrubber

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from kvdiag.analyzer.errors import FormatPackError
+from kvdiag.domain.errors import FormatPackError
 
 HANDLERS = frozenset(
     {"value", "hostport", "url", "ipv4", "ipv6", "fqdn", "pod", "credential", "prompt"}

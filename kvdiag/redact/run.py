@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kvdiag.analyzer.errors import NoSpaceError
+from kvdiag.domain.errors import NoSpaceError
 from kvdiag.redact.bundle import SUMMARY_NAME, Progress, Redaction, redact
 from kvdiag.redact.outputs import BundleWriter
 from kvdiag.redact.pseudonyms import Pseudonyms

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from kvdiag.analyzer.diagnosis import Diagnosis
+from kvdiag.domain.records.diagnosis import Diagnosis
 
 
 class OutputFormat(enum.StrEnum):

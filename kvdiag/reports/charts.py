@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import pairwise
 
-from kvdiag.analyzer.diagnosis import Series
+from kvdiag.domain.fmt import fmt_bytes, fmt_quantity, humanise
 from kvdiag.domain.ledger import CUDA_GRAPH, UNATTRIBUTED
-from kvdiag.reports.fmt import fmt_bytes, fmt_quantity, humanise
+from kvdiag.domain.records.diagnosis import Series
 from kvdiag.reports.ledger import GpuLedger
 
 WIDTH, HEIGHT = 720, 190

@@ -17,11 +17,12 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from kvdiag.analyzer.diagnosis import Diagnosis, Fact
+from kvdiag.domain import fmt
 from kvdiag.domain.ledger import TERMS
-from kvdiag.reports import charts, fmt, view
+from kvdiag.domain.records.diagnosis import Diagnosis, Fact
+from kvdiag.domain.safe_text import plain
+from kvdiag.reports import charts, view
 from kvdiag.reports.ledger import ledger_fact_names, memory_ledgers
-from kvdiag.reports.safe import plain
 
 # Facts shown as tiles under the verdict: the numbers an on-call engineer asks for first.
 KEY_FACTS: tuple[tuple[str, str], ...] = (

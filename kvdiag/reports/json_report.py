@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from kvdiag.analyzer.diagnosis import Diagnosis
+from kvdiag.domain.records.diagnosis import Diagnosis
 
 
 def render_json(diagnosis: Diagnosis) -> str:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kvdiag.analyzer.diagnosis import Diagnosis, Fact
+from kvdiag.domain.fmt import to_bytes
 from kvdiag.domain.ledger import CARD_TERMS, TOTAL_FACT, unattributed
-from kvdiag.reports.fmt import to_bytes
+from kvdiag.domain.records.diagnosis import Diagnosis, Fact
 
 # The facts a card's ledger reads: its terms', then the total they balance against.
 _FACTS: tuple[str, ...] = (*(t.fact for t in CARD_TERMS if t.fact is not None), TOTAL_FACT)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from kvdiag.analyzer.diagnosis import Diagnosis, Finding
+from kvdiag.domain.fmt import fmt_time, fmt_value, fmt_window, humanise
+from kvdiag.domain.records.diagnosis import Diagnosis, Finding
+from kvdiag.domain.safe_text import plain
 from kvdiag.reports import view
-from kvdiag.reports.fmt import fmt_time, fmt_value, fmt_window, humanise
-from kvdiag.reports.safe import plain
 
 TOP_FINDINGS = 5
 FLEET_ROWS = 10  # worst replicas listed; the others are in the HTML and JSON

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kvdiag.analyzer.diagnosis import Diagnosis, Finding, InputRecord, Severity
+from kvdiag.domain.fmt import coverage, fmt_time, fmt_value, fmt_window
+from kvdiag.domain.records.diagnosis import Diagnosis, Finding, InputRecord, Severity
+from kvdiag.domain.safe_text import one_line
 from kvdiag.reports import view
-from kvdiag.reports.fmt import coverage, fmt_time, fmt_value, fmt_window
-from kvdiag.reports.safe import one_line
 
 _STYLE = {"bold": "1", "red": "31", "yellow": "33", "green": "32", "dim": "2", "cyan": "36"}
 _SEVERITY_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}

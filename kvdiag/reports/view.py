@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvdiag.analyzer.diagnosis import (
+from kvdiag.analyzer.model.chart_series import CHARTED_BY
+from kvdiag.domain.fmt import coverage, fmt_duration, fmt_quantity, humanise
+from kvdiag.domain.records.diagnosis import (
     Comparison,
     Diagnosis,
     Fact,
@@ -18,8 +20,6 @@ from kvdiag.analyzer.diagnosis import (
     LayerResult,
     RuleRun,
 )
-from kvdiag.analyzer.facts.chart_series import CHARTED_BY
-from kvdiag.reports.fmt import coverage, fmt_duration, fmt_quantity, humanise
 
 LAYER_TITLES = {1: "Pool vs card", 2: "Payload vs percentage", 3: "Peak demand vs pool"}
 HOT_NAMED = 10  # hot replicas named in the fleet sentence; the table lists them all

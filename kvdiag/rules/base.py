@@ -17,7 +17,10 @@ from typing import Any, ClassVar
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import (
+from kvdiag.analyzer.model.effective import EngineContext, effective_value
+from kvdiag.analyzer.model.first_stated import first_config_rows
+from kvdiag.analyzer.store.database import StoreReader
+from kvdiag.domain.records.diagnosis import (
     Comparison,
     Evidence,
     Fact,
@@ -29,9 +32,6 @@ from kvdiag.analyzer.diagnosis import (
     Severity,
     SourceRef,
 )
-from kvdiag.analyzer.facts.effective import EngineContext, effective_value
-from kvdiag.analyzer.facts.first_stated import first_config_rows
-from kvdiag.analyzer.store.database import StoreReader
 
 MAX_EVIDENCE = 8
 EXCERPT_CHARS = 240

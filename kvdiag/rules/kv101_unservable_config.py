@@ -7,7 +7,8 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import (
+from kvdiag.domain import dtypes, kvmath
+from kvdiag.domain.records.diagnosis import (
     Comparison,
     Finding,
     IncidentClass,
@@ -15,7 +16,6 @@ from kvdiag.analyzer.diagnosis import (
     RuledOut,
     Severity,
 )
-from kvdiag.domain import dtypes, kvmath
 from kvdiag.domain.units import GIB
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.support.peak import shrink_words

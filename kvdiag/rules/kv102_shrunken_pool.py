@@ -6,14 +6,21 @@ from collections.abc import Iterable, Iterator
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Comparison, Finding, IncidentClass, Remedy, RuledOut, Severity
-from kvdiag.analyzer.facts.engine import ENGINE_OF_INPUT
+from kvdiag.analyzer.model.engine import ENGINE_OF_INPUT
+from kvdiag.analyzer.model.queries import col_max
 from kvdiag.domain.ledger import ACTIVATION, CUDA_GRAPH, NON_TORCH, UNATTRIBUTED, term
+from kvdiag.domain.records.diagnosis import (
+    Comparison,
+    Finding,
+    IncidentClass,
+    Remedy,
+    RuledOut,
+    Severity,
+)
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.support.card import Card, card
 from kvdiag.rules.support.ledger import Ledger, fmt_gib, nominal_pool_gib, waterfall
 from kvdiag.rules.support.load_picture import load_points, points_by_replica, preemptions
-from kvdiag.rules.support.queries import col_max
 from kvdiag.rules.support.vocabulary import two_engines, vocabularies, vocabulary
 from kvdiag.rules.support.workload import fmt_tokens, pct
 

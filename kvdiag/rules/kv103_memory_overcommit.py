@@ -7,13 +7,20 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Comparison, Finding, IncidentClass, Remedy, RuledOut, Severity
+from kvdiag.analyzer.model.queries import col_max
+from kvdiag.domain.records.diagnosis import (
+    Comparison,
+    Finding,
+    IncidentClass,
+    Remedy,
+    RuledOut,
+    Severity,
+)
 from kvdiag.domain.units import GIB
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.support.card import card
 from kvdiag.rules.support.ledger import fmt_gib
 from kvdiag.rules.support.load_picture import load_points
-from kvdiag.rules.support.queries import col_max
 from kvdiag.rules.support.refusals import (
     MEMORY_REFUSALS,
     advised_changes,

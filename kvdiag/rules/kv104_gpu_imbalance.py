@@ -7,7 +7,14 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Comparison, Finding, IncidentClass, Remedy, RuledOut, Severity
+from kvdiag.domain.records.diagnosis import (
+    Comparison,
+    Finding,
+    IncidentClass,
+    Remedy,
+    RuledOut,
+    Severity,
+)
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.support.ledger import fmt_gib
 from kvdiag.rules.support.vocabulary import engine_process_words

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kvdiag.analyzer.diagnosis import Finding, Remedy, Severity
+from kvdiag.domain.records.diagnosis import Finding, Remedy, Severity
 from kvdiag.rules.base import Rule, RuleContext
 from kvdiag.rules.support.refusals import (
     MEMORY_REFUSALS,

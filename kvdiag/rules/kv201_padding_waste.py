@@ -8,13 +8,20 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Comparison, Finding, IncidentClass, Remedy, RuledOut, Severity
+from kvdiag.analyzer.model.queries import prefix_hit_rate
+from kvdiag.domain.records.diagnosis import (
+    Comparison,
+    Finding,
+    IncidentClass,
+    Remedy,
+    RuledOut,
+    Severity,
+)
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.support.demand import slots
 from kvdiag.rules.support.episodes import best_source
 from kvdiag.rules.support.hybrid import HybridBlocks, hybrid_blocks
 from kvdiag.rules.support.load_picture import points_by_replica, usage_evidence
-from kvdiag.rules.support.queries import prefix_hit_rate
 from kvdiag.rules.support.radix import evictable_added_back
 from kvdiag.rules.support.spread import Range, Spread, payload_range
 from kvdiag.rules.support.vocabulary import vocabulary

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import (
+from kvdiag.analyzer.model.queries import col_max, first_max, prefix_hit_rate
+from kvdiag.domain.records.diagnosis import (
     Comparison,
     Evidence,
     Finding,
@@ -25,7 +26,6 @@ from kvdiag.rules.support.load_picture import (
     usage_evidence,
     waiting_evidence,
 )
-from kvdiag.rules.support.queries import col_max, first_max, prefix_hit_rate
 from kvdiag.rules.support.vocabulary import Vocabulary, vocabulary
 from kvdiag.rules.support.workload import Lengths, fmt_tokens, lengths, pct, pool
 

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from kvdiag.analyzer.diagnosis import Comparison, Evidence, Finding, Remedy, RuledOut, Severity
-from kvdiag.analyzer.facts.lmcache import ConnectorTier, last_log_line, lmcache_tier
-from kvdiag.analyzer.facts.offload import Counted, OffloadTier, offload_tier
+from kvdiag.analyzer.model.lmcache import ConnectorTier, last_log_line, lmcache_tier
+from kvdiag.analyzer.model.offload import Counted, OffloadTier, offload_tier
+from kvdiag.domain.records.diagnosis import (
+    Comparison,
+    Evidence,
+    Finding,
+    Remedy,
+    RuledOut,
+    Severity,
+)
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.support.ledger import fmt_gib
 from kvdiag.rules.support.workload import fmt_tokens

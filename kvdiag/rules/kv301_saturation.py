@@ -8,7 +8,8 @@ from datetime import timedelta
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import (
+from kvdiag.analyzer.model.queries import col_max, first_max
+from kvdiag.domain.records.diagnosis import (
     Comparison,
     Evidence,
     Extent,
@@ -39,7 +40,6 @@ from kvdiag.rules.support.pool_full import (
     statement_phrase,
     statements,
 )
-from kvdiag.rules.support.queries import col_max, first_max
 from kvdiag.rules.support.replica_load import ReplicaLoad, saturation_rows
 from kvdiag.rules.support.vocabulary import vocabulary
 from kvdiag.rules.support.workload import fmt_tokens, lengths, pct, pool

@@ -6,7 +6,8 @@ from collections.abc import Iterable, Iterator
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Evidence, Finding, IncidentClass, RuledOut, Severity
+from kvdiag.analyzer.model.queries import col_max
+from kvdiag.domain.records.diagnosis import Evidence, Finding, IncidentClass, RuledOut, Severity
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.support.admission_limiters import deferred_only, find_limiter
 from kvdiag.rules.support.episodes import Episode, best_source, episodes
@@ -17,7 +18,6 @@ from kvdiag.rules.support.load_picture import (
     usage_evidence,
     waiting_evidence,
 )
-from kvdiag.rules.support.queries import col_max
 from kvdiag.rules.support.queue_cap import pool_during, read_caps
 from kvdiag.rules.support.rejections import Rejections, rejecting_replicas, rejections
 from kvdiag.rules.support.vocabulary import vocabulary

@@ -7,7 +7,14 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import (
+from kvdiag.analyzer.model.queries import (
+    col_max,
+    first_max,
+    gauge,
+    histogram_mean,
+    replica_part,
+)
+from kvdiag.domain.records.diagnosis import (
     Comparison,
     Evidence,
     Finding,
@@ -19,13 +26,6 @@ from kvdiag.analyzer.diagnosis import (
 from kvdiag.rules.base import Rule, RuleContext, Threshold
 from kvdiag.rules.support.episodes import best_source
 from kvdiag.rules.support.load_picture import points_by_replica, usage_evidence, waiting_evidence
-from kvdiag.rules.support.queries import (
-    col_max,
-    first_max,
-    gauge,
-    histogram_mean,
-    replica_part,
-)
 from kvdiag.rules.support.vocabulary import fleet_phrase
 from kvdiag.rules.support.workload import pct
 

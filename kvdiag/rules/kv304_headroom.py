@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import (
+from kvdiag.analyzer.model.queries import col_max, first_max
+from kvdiag.domain.records.diagnosis import (
     Comparison,
     Evidence,
     Finding,
@@ -23,7 +24,6 @@ from kvdiag.rules.support.load_picture import (
     pressure,
     usage_evidence,
 )
-from kvdiag.rules.support.queries import col_max, first_max
 from kvdiag.rules.support.vocabulary import vocabulary
 from kvdiag.rules.support.workload import fmt_tokens, pct, pool
 

@@ -21,11 +21,11 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer import facts
-from kvdiag.analyzer.options import AnalyzeOptions
+from kvdiag.analyzer import model as facts
 from kvdiag.analyzer.schema import table
 from kvdiag.analyzer.store.database import Store
-from kvdiag.analyzer.verdict import rule_runner
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.rules.engine import rule_runner
 
 CASES_DIR = Path(__file__).parent / "cases"
 _TYPES = {

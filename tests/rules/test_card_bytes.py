@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer import facts
+from kvdiag.analyzer import model as facts
 from kvdiag.analyzer.ingest.base import IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.registry import INGESTERS_BY_KIND
 from kvdiag.analyzer.store.database import Store

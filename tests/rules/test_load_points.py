@@ -8,7 +8,7 @@ from datetime import datetime
 import polars as pl
 import pytest
 
-from kvdiag.analyzer import facts
+from kvdiag.analyzer import model as facts
 from kvdiag.analyzer.store.database import Store
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.kv301_saturation import KvSaturation

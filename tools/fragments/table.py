@@ -19,9 +19,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvdiag.analyzer.diagnosis import Diagnosis
-from kvdiag.analyzer.options import AnalyzeOptions
-from kvdiag.analyzer.pipeline import analyze
+from kvdiag.domain.records.diagnosis import Diagnosis
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.pipeline import analyze
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAGMENTS = Path(os.environ.get("KVDIAG_SHARED", ROOT.parent / "shared")) / "realdata" / "issues"

@@ -16,11 +16,11 @@ import sys
 from functools import cache
 from pathlib import Path
 
-from kvdiag.analyzer.options import AnalyzeOptions
+from kvdiag.domain.fmt import fmt_quantity
+from kvdiag.domain.records.options import AnalyzeOptions
+from kvdiag.domain.records.plan import Outcome
 from kvdiag.plan import Plan, PlanOptions, plan_incident
-from kvdiag.plan.record import Outcome
 from kvdiag.plan.validate import within
-from kvdiag.reports.fmt import fmt_quantity
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from kvdiag.analyzer.diagnosis import InputRecord
-from kvdiag.analyzer.errors import ArchiveLimitError
+from kvdiag.domain.errors import ArchiveLimitError
+from kvdiag.domain.records.diagnosis import InputRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from kvdiag.analyzer.diagnosis import InputRecord
 from kvdiag.analyzer.discovery import archive
-from kvdiag.analyzer.discovery.prefetch import HeadPrefetch
 from kvdiag.analyzer.ingest.base import FileList, Ingester, InputUnit
 from kvdiag.analyzer.ingest.packed import PackedStrings
 from kvdiag.analyzer.ingest.registry import INGESTERS
-from kvdiag.analyzer.ingest.text.lines import read_head
-from kvdiag.analyzer.ingest.text.source import GZIP_MAGIC
+from kvdiag.analyzer.text.lines import read_head
+from kvdiag.analyzer.text.prefetch import HeadPrefetch
+from kvdiag.analyzer.text.source import GZIP_MAGIC
+from kvdiag.domain.records.diagnosis import InputRecord
 
 DEFAULT_REPLICA = "default"
 # A first-level folder holding one of these is a replica (a scrape log is not a server).

@@ -19,10 +19,10 @@ from typing import ClassVar, overload
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import InputProblem, UnmatchedTemplate
-from kvdiag.analyzer.ingest.metrics.sample_tail import TAIL, whole_line
 from kvdiag.analyzer.ingest.packed import PackedStrings
 from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
+from kvdiag.analyzer.schema.sample_tail import TAIL, whole_line
+from kvdiag.domain.records.diagnosis import InputProblem, UnmatchedTemplate
 
 
 class FileList(Sequence[Path]):

@@ -16,11 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kvdiag.analyzer.diagnosis import InputProblem
 from kvdiag.analyzer.ingest.base import Emit, IngestContext, Ingester, InputUnit, TableBatch, Tally
 from kvdiag.analyzer.ingest.metrics.scrape_time import MS_THRESHOLD
 from kvdiag.analyzer.ingest.rows import as_float, as_int, clean_raw, frame_for, templates
-from kvdiag.analyzer.ingest.text.lines import ReadStats, iter_line_batches
+from kvdiag.analyzer.text.lines import ReadStats, iter_line_batches
+from kvdiag.domain.records.diagnosis import InputProblem
 
 # client_requests column -> JSON keys that carry it, first found wins
 _FIELDS: dict[str, tuple[str, ...]] = {

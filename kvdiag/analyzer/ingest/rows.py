@@ -12,10 +12,10 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import UnmatchedTemplate
-from kvdiag.analyzer.ingest.fieldtypes import INT64_SATURATED
-from kvdiag.analyzer.ingest.text.lines import open_binary
 from kvdiag.analyzer.schema import table
+from kvdiag.analyzer.schema.fieldtypes import INT64_SATURATED
+from kvdiag.analyzer.text.lines import open_binary
+from kvdiag.domain.records.diagnosis import UnmatchedTemplate
 
 _POLARS: dict[str, Any] = {
     "VARCHAR": pl.String,

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvdiag.analyzer.errors import LiveSourceError, LiveUsageError
 from kvdiag.analyzer.ingest.metrics.api_pairs import split_pairs
 from kvdiag.analyzer.live.secrets_env import PASSWORD_ENV, TENANT_ENV, TOKEN_ENV, USER_ENV
+from kvdiag.domain.errors import LiveSourceError, LiveUsageError
 
 
 @dataclass(frozen=True, slots=True)

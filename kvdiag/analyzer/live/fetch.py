@@ -23,8 +23,6 @@ from typing import Any
 
 from kvdiag import __version__
 from kvdiag.analyzer.atomic import write_atomic
-from kvdiag.analyzer.errors import LiveSourceError
-from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
 from kvdiag.analyzer.ingest.metrics.api_pairs import PairArray, compact_pairs
 from kvdiag.analyzer.live.client import Auth, Matrix, PromClient
 from kvdiag.analyzer.live.promql import (
@@ -37,6 +35,8 @@ from kvdiag.analyzer.live.promql import (
     expression,
     steps_for,
 )
+from kvdiag.analyzer.schema.aliases import load_aliases
+from kvdiag.domain.errors import LiveSourceError
 
 MANIFEST = "manifest.json"
 PARALLEL = 4  # queries in flight at once

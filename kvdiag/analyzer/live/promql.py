@@ -28,7 +28,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from kvdiag.analyzer.ingest.metrics.aliases import AliasTable
+from kvdiag.analyzer.schema.aliases import AliasTable
 
 POINT_LIMIT = 11_000  # Prometheus refuses query_range with more points per series
 POINTS = 1_500  # target points per gauge series over the window

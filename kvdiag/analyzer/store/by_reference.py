@@ -15,7 +15,7 @@ import bisect
 import os
 from dataclasses import dataclass
 
-from kvdiag.analyzer.ingest.text.lines import line_of
+from kvdiag.analyzer.text.lines import line_of
 
 
 @dataclass(frozen=True, slots=True)

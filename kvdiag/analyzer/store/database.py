@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 import duckdb
 import polars as pl
 
-from kvdiag.analyzer.ingest.metrics.sample_tail import TAIL
 from kvdiag.analyzer.schema import TABLES, Table, table
 from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
+from kvdiag.analyzer.schema.sample_tail import TAIL
 from kvdiag.analyzer.store.arrow_stream import FrameStream, to_polars
 from kvdiag.analyzer.store.by_reference import BLOCKS_QUERY, Blocks
 from kvdiag.analyzer.store.errors import duckdb_errors

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import duckdb
 
-from kvdiag.analyzer.errors import NoSpaceError
+from kvdiag.domain.errors import NoSpaceError
 
 
 @contextmanager

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import duckdb
 
-from kvdiag.analyzer.errors import NoInputError
 from kvdiag.analyzer.schema import TABLES
 from kvdiag.analyzer.store.database import StoreReader
 from kvdiag.analyzer.store.memory import MEMORY_LIMIT_MB, MemoryLimit, floor_mb
+from kvdiag.domain.errors import NoInputError
 
 
 class KeptStore:

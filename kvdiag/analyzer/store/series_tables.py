@@ -15,9 +15,9 @@ from typing import NamedTuple
 
 import polars as pl
 
-from kvdiag.analyzer.ingest.metrics.sample_tail import TAIL, cut_heads
 from kvdiag.analyzer.schema import table
 from kvdiag.analyzer.schema.metrics import SERIES_COLUMNS, SERIES_HEAD, SERIES_HINT
+from kvdiag.analyzer.schema.sample_tail import TAIL, cut_heads
 
 SAMPLES, SERIES, POINTS = "metric_samples", "metric_series", "metric_points"
 

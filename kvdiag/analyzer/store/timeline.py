@@ -20,10 +20,10 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import InputProblem
 from kvdiag.analyzer.schema.logs import LOG_TABLES
 from kvdiag.analyzer.store.database import StoreReader
-from kvdiag.analyzer.verdict.classify import Doubt
+from kvdiag.domain.records.diagnosis import InputProblem
+from kvdiag.rules.engine.classify import Doubt
 
 # Processes of one server write to one stream with second-resolution stamps, so lines of
 # the API server and the engine core interleave a second or two out of order.

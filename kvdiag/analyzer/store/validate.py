@@ -19,13 +19,13 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import InputProblem
-from kvdiag.analyzer.errors import FormatPackError
-from kvdiag.analyzer.ingest.fieldtypes import INT64_SATURATED
-from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
 from kvdiag.analyzer.schema import TABLES, TABLES_BY_NAME, Column
+from kvdiag.analyzer.schema.aliases import load_aliases
+from kvdiag.analyzer.schema.fieldtypes import INT64_SATURATED
 from kvdiag.analyzer.store.database import INT32_LIMIT, StoreReader
-from kvdiag.analyzer.verdict.classify import Doubt
+from kvdiag.domain.errors import FormatPackError
+from kvdiag.domain.records.diagnosis import InputProblem
+from kvdiag.rules.engine.classify import Doubt
 
 NUMERIC_TYPES = ("DOUBLE", "BIGINT", "INTEGER")
 PER_METRIC = "metric_aliases"

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Evidence, Remedy
+from kvdiag.analyzer.model.queries import col_max, gauge
+from kvdiag.domain.records.diagnosis import Evidence, Remedy
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.support.episodes import Episode
 from kvdiag.rules.support.load_picture import usage_evidence
 from kvdiag.rules.support.prefill_rate import steady_prefill
-from kvdiag.rules.support.queries import col_max, gauge
 from kvdiag.rules.support.queue_cap import CapReading, pool_during, read_caps
 from kvdiag.rules.support.rejections import Rejections
 from kvdiag.rules.support.vocabulary import vocabulary

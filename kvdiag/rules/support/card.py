@@ -12,13 +12,13 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Evidence, Fact
-from kvdiag.analyzer.facts.first_stated import first_ids, firsts_of
+from kvdiag.analyzer.model.first_stated import first_ids, firsts_of
+from kvdiag.analyzer.model.queries import of_replica
 from kvdiag.domain import kvmath
+from kvdiag.domain.records.diagnosis import Evidence, Fact
 from kvdiag.domain.units import GIB
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.support.ledger import Ledger
-from kvdiag.rules.support.queries import of_replica
 from kvdiag.rules.support.vocabulary import engine_process_words
 
 _MEMORY_COLS = (

@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.rules.support.queries import col_max, col_median
+from kvdiag.analyzer.model.queries import col_max, col_median
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,9 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from kvdiag.analyzer.model.queries import col_max, histogram_buckets
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.support.demand import DemandRange
-from kvdiag.rules.support.queries import col_max, histogram_buckets
 from kvdiag.rules.support.spread import Spread, exact, from_buckets, unknown
 from kvdiag.rules.support.workload import Pool, fmt_tokens
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvdiag.analyzer.diagnosis import Evidence, Remedy
+from kvdiag.domain.records.diagnosis import Evidence, Remedy
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.support.workload import fmt_tokens
 

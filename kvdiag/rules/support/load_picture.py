@@ -15,10 +15,8 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Evidence
-from kvdiag.analyzer.facts.load import retraction_events
-from kvdiag.rules.base import RuleContext
-from kvdiag.rules.support.queries import (
+from kvdiag.analyzer.model.load import retraction_events
+from kvdiag.analyzer.model.queries import (
     counter,
     counter_total,
     gauge,
@@ -26,6 +24,8 @@ from kvdiag.rules.support.queries import (
     replica_part,
     split_by_replica,
 )
+from kvdiag.domain.records.diagnosis import Evidence
+from kvdiag.rules.base import RuleContext
 from kvdiag.rules.support.rejections import rejections
 
 _KEY = ["replica", "engine", "ts"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvdiag.analyzer.diagnosis import Remedy
 from kvdiag.domain import dtypes, kvmath
+from kvdiag.domain.records.diagnosis import Remedy
 from kvdiag.domain.units import MIB
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.support.demand import slots

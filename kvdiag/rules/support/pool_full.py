@@ -18,10 +18,10 @@ from datetime import datetime
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Evidence, Extent
+from kvdiag.analyzer.model.queries import of_replica
+from kvdiag.domain.records.diagnosis import Evidence, Extent
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.support.load_picture import Preemptions, preemptions
-from kvdiag.rules.support.queries import of_replica
 from kvdiag.rules.support.vocabulary import Vocabulary
 from kvdiag.rules.support.workload import fmt_tokens
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import polars as pl
 
+from kvdiag.analyzer.model.queries import counter
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.support.demand import trend
-from kvdiag.rules.support.queries import counter
 
 MIN_SAMPLES = 5
 STRAIGHT = 0.98  # r² of the cumulative prompt tokens against time

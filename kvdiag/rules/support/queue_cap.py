@@ -15,10 +15,10 @@ from datetime import timedelta
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Evidence, Remedy
+from kvdiag.analyzer.model.queries import col_max, col_median
+from kvdiag.domain.records.diagnosis import Evidence, Remedy
 from kvdiag.rules.base import RuleContext, fmt_ts
 from kvdiag.rules.support.load_picture import usage_evidence
-from kvdiag.rules.support.queries import col_max, col_median
 from kvdiag.rules.support.rejections import QUEUE_CAPS, QueueCap, Rejections, queue_caps
 from kvdiag.rules.support.vocabulary import Vocabulary, vocabulary
 from kvdiag.rules.support.workload import fmt_tokens, lengths, pct, pool

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Comparison
+from kvdiag.domain.records.diagnosis import Comparison
 from kvdiag.rules.base import RuleContext
 
 _COUNTS = """

@@ -21,10 +21,10 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Evidence
+from kvdiag.analyzer.model.queries import of_replica
 from kvdiag.domain.counters import counter_totals
+from kvdiag.domain.records.diagnosis import Evidence
 from kvdiag.rules.base import RuleContext
-from kvdiag.rules.support.queries import of_replica
 
 REJECTED_STATUSES = (429, 503)
 # Canonical keys of the caps, in the order they are named; the counter's `reason` label

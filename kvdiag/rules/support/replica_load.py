@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import Comparison, Evidence
+from kvdiag.analyzer.model.queries import first_max, histogram_quantile
+from kvdiag.domain.records.diagnosis import Comparison, Evidence
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.support.growth import Growth
 from kvdiag.rules.support.load_picture import (
@@ -22,7 +23,6 @@ from kvdiag.rules.support.load_picture import (
     waiting_cited,
     waiting_evidence,
 )
-from kvdiag.rules.support.queries import first_max, histogram_quantile
 from kvdiag.rules.support.vocabulary import Vocabulary
 from kvdiag.rules.support.workload import Lengths, Pool
 

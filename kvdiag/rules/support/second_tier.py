@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from kvdiag.analyzer.diagnosis import Comparison
-from kvdiag.analyzer.facts.offload import offload_tier
-from kvdiag.analyzer.facts.samples import samples
+from kvdiag.analyzer.model.offload import offload_tier
+from kvdiag.analyzer.model.samples import samples
+from kvdiag.domain.records.diagnosis import Comparison
 from kvdiag.rules.base import RuleContext
 
 _GIB = 1024**3

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from kvdiag.analyzer.diagnosis import Fact
-from kvdiag.analyzer.facts.engine import engine_of_replica
+from kvdiag.analyzer.model.engine import engine_of_replica
+from kvdiag.domain.records.diagnosis import Fact
 from kvdiag.domain.settings import EngineSettings, engine_settings
 from kvdiag.rules.base import RuleContext
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvdiag.analyzer.diagnosis import SourceRef
-from kvdiag.analyzer.facts.engine import engine_of_replica
+from kvdiag.analyzer.model.engine import engine_of_replica
+from kvdiag.analyzer.model.queries import histogram_buckets, histogram_mean
+from kvdiag.domain.records.diagnosis import SourceRef
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.support.demand import slots
-from kvdiag.rules.support.queries import histogram_buckets, histogram_mean
 from kvdiag.rules.support.spread import Spread, exact, from_buckets, unknown
 
 # SGLang's allocator hands out slots 1..max_total_num_tokens: its padding slot 0 comes on top

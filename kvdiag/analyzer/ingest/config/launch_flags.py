@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvdiag.analyzer.diagnosis import InputProblem
 from kvdiag.analyzer.ingest.base import Emit, IngestContext, Ingester, InputUnit, TableBatch, Tally
 from kvdiag.analyzer.ingest.config.cmdline import (
     Setting,
@@ -46,6 +45,7 @@ from kvdiag.analyzer.ingest.rows import (
     read_text,
     templates,
 )
+from kvdiag.domain.records.diagnosis import InputProblem
 
 _HARNESS = re.compile(r"^# exact server command line", re.M)
 _SERVER = re.compile(

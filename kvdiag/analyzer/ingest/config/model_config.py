@@ -19,7 +19,6 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import InputProblem
 from kvdiag.analyzer.ingest.base import Emit, IngestContext, Ingester, InputUnit, TableBatch, Tally
 from kvdiag.analyzer.ingest.rows import (
     MAX_SMALL_FILE,
@@ -31,6 +30,7 @@ from kvdiag.analyzer.ingest.rows import (
     read_text,
     undecodable_lines,
 )
+from kvdiag.domain.records.diagnosis import InputProblem
 
 NESTED_KEYS = ("text_config", "llm_config", "language_config")
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")

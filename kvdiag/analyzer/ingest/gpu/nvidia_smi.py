@@ -21,7 +21,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from kvdiag.analyzer.diagnosis import InputProblem
 from kvdiag.analyzer.ingest.base import Emit, IngestContext, Ingester, InputUnit, TableBatch, Tally
 from kvdiag.analyzer.ingest.gpu import xml_log
 from kvdiag.analyzer.ingest.gpu.query_csv import CsvReader, header_fields
@@ -29,8 +28,9 @@ from kvdiag.analyzer.ingest.gpu.snapshots import WATCH, SnapshotBook, ctime, tim
 from kvdiag.analyzer.ingest.gpu.table import TableReader
 from kvdiag.analyzer.ingest.metrics.exposition_parse import without_exposition_lines
 from kvdiag.analyzer.ingest.rows import clean_raw, frame_for, templates
-from kvdiag.analyzer.ingest.text.lines import ReadStats, iter_line_batches
 from kvdiag.analyzer.schema import table
+from kvdiag.analyzer.text.lines import ReadStats, iter_line_batches
+from kvdiag.domain.records.diagnosis import InputProblem
 
 _COMMAND = re.compile(
     r"^(?P<prefix>.*?)(?:sudo\s+)?(?:\S*[/\\])?nvidia-smi(?:\.exe)?(?P<args>(?:\s.*)?)$"

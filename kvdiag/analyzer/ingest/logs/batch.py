@@ -17,8 +17,8 @@ from kvdiag.analyzer.ingest.logs.parse import EventRows, apply_envelope, parsed_
 from kvdiag.analyzer.ingest.logs.residue import with_stamps
 from kvdiag.analyzer.ingest.logs.steps import Parsed, parse_batch
 from kvdiag.analyzer.ingest.logs.triage import Lanes, triage
-from kvdiag.analyzer.ingest.text.lines import Chunk, frame_lines
-from kvdiag.analyzer.ingest.text.repair import Repairs
+from kvdiag.analyzer.text.lines import Chunk, frame_lines
+from kvdiag.analyzer.text.repair import Repairs
 
 HEAD_LINES = 1000  # lines of a file's first batch that date it (logtime.initial_year)
 _EMPTY_ACCESS = pl.DataFrame(

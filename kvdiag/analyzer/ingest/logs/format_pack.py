@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 import polars as pl
 
-from kvdiag.analyzer.errors import FormatPackError
 from kvdiag.analyzer.schema import TABLES_BY_NAME
+from kvdiag.domain.errors import FormatPackError
 
 # int/float: digits with optional thousands separators; bytes: a size with its unit
 # ("1.63 GiB", "0 bytes") as bytes; gib: a size as GiB; count: items of a printed list;

@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
-from kvdiag.analyzer.ingest.fieldtypes import convert_fields
 from kvdiag.analyzer.ingest.logs.format_pack import EnvelopeStep, Event, FormatPack
+from kvdiag.analyzer.schema.fieldtypes import convert_fields
 
 # ANSI CSI sequences (colours, cursor moves) and OSC titles, then any other C0 control
 # character except tab. `\r` goes too: vLLM ends continuation lines with \r\n.

@@ -35,7 +35,7 @@ from kvdiag.analyzer.ingest.logs.parse import (
     parsed_expr,
     peel_envelope,
 )
-from kvdiag.analyzer.ingest.text.repair import Repairs
+from kvdiag.analyzer.text.repair import Repairs
 
 MAX_PREFIX = 200  # characters: longer text before the engine's is not an envelope
 # Empty, or ending in a non-word character: the engine's text starts a word.

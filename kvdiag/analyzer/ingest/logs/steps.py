@@ -36,7 +36,7 @@ from kvdiag.analyzer.ingest.logs.residue import (
 )
 from kvdiag.analyzer.ingest.logs.timestamps import YearState, add_timestamps
 from kvdiag.analyzer.ingest.logs.wraps import rejoin_wrapped
-from kvdiag.analyzer.ingest.text.repair import Repairs, attribute_interleaved, split_glued
+from kvdiag.analyzer.text.repair import Repairs, attribute_interleaved, split_glued
 
 
 @dataclass(frozen=True, slots=True)

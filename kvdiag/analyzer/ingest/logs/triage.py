@@ -39,8 +39,8 @@ import polars as pl
 
 from kvdiag.analyzer.ingest.logs.format_pack import Event, FormatPack, load_pack
 from kvdiag.analyzer.ingest.logs.parse import CONTROL, EventRows, finish_fields
-from kvdiag.analyzer.ingest.text.ascii_regex import ascii_only
-from kvdiag.analyzer.ingest.text.repair import GLUED
+from kvdiag.analyzer.text.ascii_regex import ascii_only
+from kvdiag.analyzer.text.repair import GLUED
 
 _LEVEL = "DEBUG|INFO|WARNING|ERROR|CRITICAL"
 _NOCTL = r"\x00-\x1f\x7f"

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import InputProblem, UnmatchedTemplate
 from kvdiag.analyzer.ingest.base import (
     Account,
     Emit,
@@ -38,16 +37,17 @@ from kvdiag.analyzer.ingest.logs.steps import pack_events, stamp_events
 from kvdiag.analyzer.ingest.logs.timestamps import YearState, initial_year
 from kvdiag.analyzer.ingest.logs.triage import BY_REFERENCE, REJECTED, Lanes, vllm_lanes
 from kvdiag.analyzer.ingest.parallel import ordered_map
-from kvdiag.analyzer.ingest.text import lines as line_reader
-from kvdiag.analyzer.ingest.text.lines import (
+from kvdiag.analyzer.schema import table
+from kvdiag.analyzer.text import lines as line_reader
+from kvdiag.analyzer.text.lines import (
     Chunk,
     ReadStats,
     chronological,
     iter_chunks,
     rotation_base,
 )
-from kvdiag.analyzer.ingest.text.repair import Repairs
-from kvdiag.analyzer.schema import table
+from kvdiag.analyzer.text.repair import Repairs
+from kvdiag.domain.records.diagnosis import InputProblem, UnmatchedTemplate
 
 # The header at a line's start: after quoting or indentation, a compose or kubectl prefix,
 # a stamp or a prefix word.

@@ -39,7 +39,7 @@ from kvdiag.analyzer.ingest.logs.residue import (
     parse_alone,
     readings,
 )
-from kvdiag.analyzer.ingest.text.repair import Repairs
+from kvdiag.analyzer.text.repair import Repairs
 
 MIN_WIDTH = 20  # a narrower terminal is no terminal a log was read in (W - 1: a blank stripped)
 MAX_PIECES = 64  # a 600-character record at width 20 is 30 pieces

@@ -27,7 +27,6 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import InputProblem
 from kvdiag.analyzer.ingest.base import (
     Emit,
     IngestContext,
@@ -35,12 +34,13 @@ from kvdiag.analyzer.ingest.base import (
     InputUnit,
     Tally,
 )
-from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
 from kvdiag.analyzer.ingest.metrics.api_pairs import PairArray, split_pairs
 from kvdiag.analyzer.ingest.metrics.exposition_parse import render_head
 from kvdiag.analyzer.ingest.metrics.scrape_time import epoch_text_time, epoch_to_utc
 from kvdiag.analyzer.ingest.metrics.tables import SampleBuilder
 from kvdiag.analyzer.ingest.rows import count_lines, load_json, read_text, undecodable_lines
+from kvdiag.analyzer.schema.aliases import load_aliases
+from kvdiag.domain.records.diagnosis import InputProblem
 
 # A sample pair as the API writes it: [<unix seconds>, "<value>"].
 _PAIR_TEXT = r'\[\s*(?P<t>-?[0-9][0-9.eE+-]*)\s*,\s*"(?P<value>[^"\\]*)"\s*\]'

@@ -34,7 +34,6 @@ from typing import NamedTuple
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import InputProblem
 from kvdiag.analyzer.ingest.base import (
     Emit,
     IngestContext,
@@ -43,9 +42,7 @@ from kvdiag.analyzer.ingest.base import (
     TableBatch,
     Tally,
 )
-from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
 from kvdiag.analyzer.ingest.metrics.exposition_parse import ParsedLines, parse_lines
-from kvdiag.analyzer.ingest.metrics.sample_tail import TAIL
 from kvdiag.analyzer.ingest.metrics.scrape_files import FileGroup, LineBatch, batches, read_batch
 from kvdiag.analyzer.ingest.metrics.scrape_time import (
     SCRAPE_NAME,
@@ -55,6 +52,9 @@ from kvdiag.analyzer.ingest.metrics.scrape_time import (
 )
 from kvdiag.analyzer.ingest.metrics.tables import SampleBuilder, TemplateTally
 from kvdiag.analyzer.ingest.parallel import ordered_map
+from kvdiag.analyzer.schema.aliases import load_aliases
+from kvdiag.analyzer.schema.sample_tail import TAIL
+from kvdiag.domain.records.diagnosis import InputProblem
 
 _KNOWN_SAMPLE = re.compile(
     r"(?m)^(?:ray_)?(?:vllm|sglang|DCGM_FI_\w+)[:\w]*(?:\{[^}]*\})?[ \t]+[-+\w.]+[ \t]*$"

@@ -22,8 +22,6 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kvdiag.analyzer.ingest.metrics.aliases import AliasTable
-from kvdiag.analyzer.ingest.metrics.sample_tail import TAIL, cut_heads
 from kvdiag.analyzer.ingest.metrics.scrape_time import (
     BARE_TIME_RE,
     EOF_RE,
@@ -32,6 +30,8 @@ from kvdiag.analyzer.ingest.metrics.scrape_time import (
     text_to_utc,
 )
 from kvdiag.analyzer.ingest.rows import MAX_RAW
+from kvdiag.analyzer.schema.aliases import AliasTable
+from kvdiag.analyzer.schema.sample_tail import TAIL, cut_heads
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\]|\\.)*"'

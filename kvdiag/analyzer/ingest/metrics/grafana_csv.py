@@ -24,7 +24,6 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import InputProblem
 from kvdiag.analyzer.ingest.base import (
     Emit,
     IngestContext,
@@ -32,10 +31,11 @@ from kvdiag.analyzer.ingest.base import (
     InputUnit,
     Tally,
 )
-from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
 from kvdiag.analyzer.ingest.metrics.scrape_time import text_to_utc
 from kvdiag.analyzer.ingest.metrics.tables import SampleBuilder, TemplateTally
-from kvdiag.analyzer.ingest.text.lines import ReadStats, iter_line_batches
+from kvdiag.analyzer.schema.aliases import load_aliases
+from kvdiag.analyzer.text.lines import ReadStats, iter_line_batches
+from kvdiag.domain.records.diagnosis import InputProblem
 
 _HEADER = re.compile(r'^\ufeff?"?(Time|time|Series|series)"?([,;\t])')
 _EXCEL_SEP = re.compile(r"^\ufeff?sep=(.)\s*$")

@@ -18,10 +18,10 @@ from typing import NamedTuple
 
 import polars as pl
 
-from kvdiag.analyzer.discovery.prefetch import announce
 from kvdiag.analyzer.ingest.metrics.scrape_time import scrape_time_from_name
-from kvdiag.analyzer.ingest.text.lines import frame_lines
-from kvdiag.analyzer.ingest.text.source import GZIP_MAGIC
+from kvdiag.analyzer.text.lines import frame_lines
+from kvdiag.analyzer.text.prefetch import announce
+from kvdiag.analyzer.text.source import GZIP_MAGIC
 
 BATCH_BYTES = 32 << 20
 

@@ -18,7 +18,6 @@ from datetime import datetime
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import InputProblem
 from kvdiag.analyzer.ingest.base import (
     Emit,
     IngestContext,
@@ -30,7 +29,8 @@ from kvdiag.analyzer.ingest.base import (
 from kvdiag.analyzer.ingest.metrics.scrape_time import text_to_utc
 from kvdiag.analyzer.ingest.metrics.tables import TemplateTally
 from kvdiag.analyzer.ingest.rows import MAX_RAW
-from kvdiag.analyzer.ingest.text.lines import ReadStats, iter_line_batches
+from kvdiag.analyzer.text.lines import ReadStats, iter_line_batches
+from kvdiag.domain.records.diagnosis import InputProblem
 
 _KEYS = {
     "ts": ("ts", "time", "timestamp"),

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import UnmatchedTemplate
 from kvdiag.analyzer.ingest.base import TableBatch, template_expr
-from kvdiag.analyzer.ingest.metrics.aliases import AliasTable
 from kvdiag.analyzer.ingest.metrics.exposition_parse import parse_heads
-from kvdiag.analyzer.ingest.metrics.sample_tail import TAIL, whole_line
 from kvdiag.analyzer.ingest.rows import MAX_RAW
 from kvdiag.analyzer.schema import table
+from kvdiag.analyzer.schema.aliases import AliasTable
 from kvdiag.analyzer.schema.metrics import SERIES_HEAD, SERIES_HINT
+from kvdiag.analyzer.schema.sample_tail import TAIL, whole_line
+from kvdiag.domain.records.diagnosis import UnmatchedTemplate
 
 _GPU_METRICS = {
     "gpu_fb_total": "memory_total_mib",

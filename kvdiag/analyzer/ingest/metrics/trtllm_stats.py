@@ -34,12 +34,12 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.diagnosis import InputProblem
 from kvdiag.analyzer.ingest.base import Emit, IngestContext, Ingester, InputUnit, Tally
-from kvdiag.analyzer.ingest.metrics.aliases import load_aliases
 from kvdiag.analyzer.ingest.metrics.scrape_time import epoch_text_time
 from kvdiag.analyzer.ingest.metrics.tables import SampleBuilder
 from kvdiag.analyzer.ingest.rows import count_lines, read_text
+from kvdiag.analyzer.schema.aliases import load_aliases
+from kvdiag.domain.records.diagnosis import InputProblem
 
 _SNIFF = re.compile(r'"kvCacheStats"\s*:|"numActiveRequests"\s*:\s*\d[^{}]*"iterLatencyMS"')
 _EPOCH_NAME = re.compile(r"(?:^|/)(?P<t>\d{9,13}(?:\.\d+)?)\.json$")
