@@ -23,9 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kvdiag.analyzer.model.stated import stated_settings  # noqa: E402
-from kvdiag.analyzer.model.traffic import traffic  # noqa: E402
-from kvdiag.analyzer.store.kept import KeptStore  # noqa: E402
+from kvdiag.analyzer.model.incident import kept_incident  # noqa: E402
 from kvdiag.domain.records.options import AnalyzeOptions  # noqa: E402
 from kvdiag.pipeline import analyze  # noqa: E402
 from kvdiag.plan.engine import baseline_setup  # noqa: E402
@@ -44,13 +42,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         db = Path(scratch) / "a.duckdb"
         diagnosis = analyze(AnalyzeOptions(incident=incident, db=db)).diagnosis
-        kept = KeptStore(db)
-        reader = kept.reader
-        settings = {k: v.value for k, v in stated_settings(reader, diagnosis.facts).items()}
-        setup = baseline_setup(diagnosis.facts, settings)
-        fit = fit_step_model(reader, setup.budget, setup.tokens)
-        lengths = traffic(reader).requests
-        kept.close()
+        with kept_incident(db, diagnosis.facts) as model:
+            settings = {k: v.value for k, v in model.stated_settings().items()}
+            setup = baseline_setup(diagnosis.facts, settings)
+            fit = fit_step_model(model.step_windows(setup.tokens), setup.budget)
+            lengths = model.traffic().requests
     rng = random.Random(30)
     t, day, out = 0.0, args.hours * 3600, []
     while t < day:

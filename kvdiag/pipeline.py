@@ -21,6 +21,7 @@ from kvdiag.analyzer.ingest.base import Account, Emit, IngestContext, InputUnit,
 from kvdiag.analyzer.ingest.config.model_config import model_config_unit
 from kvdiag.analyzer.ingest.readahead import ReadAhead
 from kvdiag.analyzer.model.chart_series import build_series
+from kvdiag.analyzer.model.incident import Incident
 from kvdiag.analyzer.progress import CHARTING, CHECKING, SAVING, Progress
 from kvdiag.analyzer.store import timeline, validate
 from kvdiag.analyzer.store.database import Store, StoreReader
@@ -278,12 +279,13 @@ class _Judged:
 def _judge(reader: StoreReader, got: _Judged, opts: AnalyzeOptions, clock: _Clock) -> Diagnosis:
     """Facts, rules, verdict and fleet from a complete store (the charts come after)."""
     established = facts.establish(reader)
-    absent = missing.missing_evidence(reader)
+    incident = Incident(reader, established)
+    absent = missing.missing_evidence(incident)
     clock.lap("facts")
-    result = rule_runner.run_rules(reader, established, opts)
+    result = rule_runner.run_rules(incident, opts)
     verdict = classify.classify(result.findings, established, absent, result.ruled_out, got.doubts)
     fleet_verdicts = fleet.replica_verdicts(
-        fleet.FleetInput(reader, result.findings, established, absent, opts)
+        fleet.FleetInput(incident, result.findings, absent, opts)
     )
     clock.lap("rules")
     return Diagnosis(

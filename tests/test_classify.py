@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvdiag.analyzer import model as facts
+from kvdiag.analyzer.model.incident import Incident
 from kvdiag.domain.records.diagnosis import (
     Confidence,
     Evidence,
@@ -124,7 +125,9 @@ def test_whole_verdict_on_case_rows(case_id: str) -> None:
         reader = store.reader
         established = facts.establish(reader)
         absent = missing.missing_evidence(reader)
-        result = rule_runner.run_rules(reader, established, AnalyzeOptions(incident=Path(".")))
+        result = rule_runner.run_rules(
+            Incident(reader, established), AnalyzeOptions(incident=Path("."))
+        )
         verdict = classify.classify(result.findings, established, absent, result.ruled_out)
         layers = reconcile.layers(result, absent)
     finally:

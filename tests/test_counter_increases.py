@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvdiag.analyzer.model import queries
+from kvdiag.analyzer.model.incident import Incident
 from kvdiag.analyzer.store.database import Store
 from kvdiag.domain import counters
 from kvdiag.rules.base import RuleContext
@@ -60,7 +61,7 @@ def test_a_reset_mid_window_counts_the_restart_in_full() -> None:
     store = Store()
     store.append("metric_samples", pl.DataFrame(rows))
     try:
-        ctx = RuleContext(KvSaturation(), store.reader, {}, {})
+        ctx = RuleContext(KvSaturation(), Incident(store.reader, {}), {})
         assert queries.counter_total(ctx, "num_preemptions") == 35
         assert queries.counter_total(ctx, "num_preemptions", "r") == 35
     finally:

@@ -26,7 +26,7 @@ from kvdiag.domain.settings import (
     aliases,
     engine_settings,
 )
-from kvdiag.rules.support.vocabulary import vocabularies
+from kvdiag.analyzer.model.quantities.vocabulary import vocabularies
 from tests.conftest import FIXTURES, fixture_cases
 from tests.ingest_helpers import ingest
 

@@ -17,8 +17,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvdiag.rules.support.demand import DemandRange, slots
-from kvdiag.rules.support.spread import exact, from_buckets, unknown
+from kvdiag.analyzer.model.quantities.demand import DemandRange, slots
+from kvdiag.analyzer.model.quantities.spread import exact, from_buckets, unknown
 from tests.conftest import FIXTURES, analyze_json
 from tests.rules.casefile import RuleCase, run_case
 

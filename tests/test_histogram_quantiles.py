@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from kvdiag.analyzer.model import queries
 from kvdiag.analyzer.model.chart_series import QUANTILE, build_series
+from kvdiag.analyzer.model.incident import Incident
 from kvdiag.analyzer.store.database import Store
 from kvdiag.domain import counters, histograms
 from kvdiag.rules.base import RuleContext
@@ -118,7 +119,7 @@ def store_of(rows: list[dict[str, object]]) -> Store:
 
 
 def rule_context(store: Store) -> RuleContext:
-    return RuleContext(KvSaturation(), store.reader, {}, {})
+    return RuleContext(KvSaturation(), Incident(store.reader, {}), {})
 
 
 def close(got: float | None, expected: float, scale: float) -> bool:

@@ -10,12 +10,13 @@ import pytest
 from kvdiag.analyzer import model as facts
 from kvdiag.analyzer.ingest.base import IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.registry import INGESTERS_BY_KIND
+from kvdiag.analyzer.model.incident import Incident
 from kvdiag.analyzer.store.database import Store
 from kvdiag.domain.ledger import budget, unattributed
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.kv102_shrunken_pool import ShrunkenPool
-from kvdiag.rules.support.card import card
-from kvdiag.rules.support.ledger import Ledger, waterfall
+from kvdiag.analyzer.model.quantities.card import card
+from kvdiag.analyzer.model.quantities.ledger import Ledger, waterfall
 from tests.conftest import FIXTURES
 from tests.ingest_helpers import kind_of
 
@@ -42,7 +43,7 @@ def context(request: pytest.FixtureRequest) -> Iterator[RuleContext]:
     store.flush()
     reader = store.reader
     try:
-        yield RuleContext(ShrunkenPool(), reader, facts.establish(reader), {})
+        yield RuleContext(ShrunkenPool(), Incident(reader, facts.establish(reader)), {})
     finally:
         store.discard()
 

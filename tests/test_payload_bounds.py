@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvdiag.domain.records.diagnosis import Severity
-from kvdiag.rules.support.spread import exact, from_buckets, payload_range, unknown
+from kvdiag.analyzer.model.quantities.spread import exact, from_buckets, payload_range, unknown
 from tests.conftest import FIXTURES, analyze_json
 from tests.rules.casefile import RuleCase, run_case
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.text import prefetch
 from kvdiag.analyzer.discovery.discover import discover
 from kvdiag.analyzer.ingest.metrics.scrape_files import batches
+from kvdiag.analyzer.text import prefetch
 from kvdiag.analyzer.text.prefetch import HeadPrefetch, announce
 from tests.conftest import FIXTURES
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvdiag.domain.settings import engine_settings
-from kvdiag.rules.support.vocabulary import Vocabulary, vocabularies
+from kvdiag.analyzer.model.quantities.vocabulary import Vocabulary, vocabularies
 
 RULES = Path(__file__).resolve().parents[1] / "kvdiag" / "rules"
 _FLAG = re.compile(r"--[a-z][a-z0-9]*(?:-[a-z0-9]+)+")

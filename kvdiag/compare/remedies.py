@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import re
 
-from kvdiag.analyzer.ingest.config.cmdline import normalise
 from kvdiag.analyzer.model.stated import Stated
 from kvdiag.domain.records.comparison import RemedyCheck
 from kvdiag.domain.records.diagnosis import Diagnosis, Finding, IncidentClass, Remedy
-from kvdiag.domain.settings import engine_settings
+from kvdiag.domain.settings import engine_settings, normalise
 
 _FLAG = re.compile(r"^\s*(--[a-z][a-z0-9_-]*)(?:[ =]([^\s;(]+))?")
 

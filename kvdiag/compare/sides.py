@@ -12,10 +12,10 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvdiag.analyzer.model.profile import Profile, profile
-from kvdiag.analyzer.model.stated import Stated, stated_settings
+from kvdiag.analyzer.model.incident import kept_incident
+from kvdiag.analyzer.model.profile import Profile
+from kvdiag.analyzer.model.stated import Stated
 from kvdiag.analyzer.progress import Progress
-from kvdiag.analyzer.store.kept import KeptStore
 from kvdiag.domain.records.diagnosis import Diagnosis
 from kvdiag.domain.records.options import AnalyzeOptions
 from kvdiag.pipeline import analyze, analyze_kept
@@ -52,14 +52,10 @@ def read_run(
         db = scratch / f"{len(list(scratch.iterdir()))}.duckdb"
         result = analyze(dataclasses.replace(opts, incident=path, db=db), progress)
         diagnosis = result.diagnosis
-    kept = KeptStore(db)
-    try:
-        reader = kept.reader
+    with kept_incident(db, diagnosis.facts) as incident:
         return RunEvidence(
             opts.label or diagnosis.incident,
             diagnosis,
-            profile(reader),
-            stated_settings(reader, diagnosis.facts),
+            incident.profile(),
+            incident.stated_settings(),
         )
-    finally:
-        kept.close()

@@ -11,6 +11,7 @@ which names state a canonical key, and what an engine calls a setting.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -184,3 +185,39 @@ def setting_metrics() -> dict[str, EngineSetting]:
     return {
         s.metric: s for t in engine_settings().values() for s in t.settings if s.metric is not None
     }
+
+
+# A setting's value in its normal form: what the config table stores, what `compare` and
+# `plan` compare a flag's value with (one spelling for "17M", "17825792" and 17825792).
+_HUMAN_INT = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<suffix>[kKmMgGtT]?)$")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_int(text: str) -> int:
+    """vLLM's human_readable_int: "17M" = 17 x 2**20, "25.6k" = 25,600, "4096" = 4096."""
+    m = _HUMAN_INT.match(text.strip())
+    if not m:
+        raise ValueError(f"not a human-readable integer: {text!r}")
+    num, suffix = m["num"], m["suffix"]
+    if suffix in _DECIMAL:
+        return int(float(num) * _DECIMAL[suffix])
+    if "." in num:
+        raise ValueError(f"decimals need a decimal (lowercase) suffix: {text!r}")
+    return int(num) * _BINARY.get(suffix, 1)
+
+
+_CONVERT: dict[str, Any] = {
+    "float": lambda v: repr(float(v)),
+    "int": lambda v: str(int(v)),
+    "human_int": lambda v: str(human_int(v)),
+    "str": str,
+}
+
+
+def normalise(spec: EngineSetting, value: str) -> str:
+    """The value as the config table stores it; as written when it does not convert."""
+    try:
+        return str(_CONVERT.get(spec.type, str)(value))
+    except ValueError:
+        return value

@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from kvdiag.analyzer.ingest.config.cmdline import normalise
 from kvdiag.domain.dtypes import UnknownDtype, UnsizedKvFormat, dense_element_bytes, is_auto
 from kvdiag.domain.errors import NotPlannableError, PlanFlagError
 from kvdiag.domain.records.diagnosis import Fact
-from kvdiag.domain.settings import engine_settings
+from kvdiag.domain.settings import engine_settings, normalise
 from kvdiag.plan.sim import Engine, StepModel
 
 # When the facts do not say: vLLM 0.32's API-server defaults (CPU's budget: the GPU one is

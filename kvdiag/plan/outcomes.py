@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kvdiag.analyzer.model.profile import Profile
-from kvdiag.analyzer.store.database import StoreReader
 from kvdiag.domain.records.diagnosis import Fact
 from kvdiag.domain.records.plan import Outcome
 from kvdiag.plan.engine import Setup
@@ -63,33 +62,3 @@ def simulated_outcome(
         ttft_p95_s=quantile(result.ttfts, 0.95, bounds.get("ttft")),
         queue_drain_s=result.longest_queue_s,
     )
-
-
-# Requests waiting at each moment: the scrapes (summed over a replica's engines), else the
-# stats lines.
-_WAITING = (
-    "SELECT ts, sum(value) AS n FROM metric_samples WHERE suffix = '' AND "
-    "metric = 'num_requests_waiting' AND ts IS NOT NULL GROUP BY ts ORDER BY ts"
-)
-_WAITING_LINES = (
-    "SELECT ts, waiting AS n FROM log_stats WHERE ts IS NOT NULL AND waiting IS NOT NULL "
-    "ORDER BY ts"
-)
-
-
-def observed_drain(reader: StoreReader) -> float | None:
-    """The longest stretch of consecutive observations with requests waiting, in seconds
-    (from the first such observation to the first without); None without observations."""
-    rows = reader.sql(_WAITING).to_dicts() or reader.sql(_WAITING_LINES).to_dicts()
-    if not rows:
-        return None
-    longest, since = 0.0, None
-    for r in rows:
-        if r["n"] and since is None:
-            since = r["ts"]
-        elif not r["n"] and since is not None:
-            longest = max(longest, (r["ts"] - since).total_seconds())
-            since = None
-    if since is not None:
-        longest = max(longest, (rows[-1]["ts"] - since).total_seconds())
-    return round(longest, 3)

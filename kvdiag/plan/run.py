@@ -8,12 +8,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kvdiag import __version__
-from kvdiag.analyzer.model.profile import Profile, profile
-from kvdiag.analyzer.model.queries import histogram_buckets
-from kvdiag.analyzer.model.stated import stated_settings
-from kvdiag.analyzer.model.traffic import DEFAULT_SEED, Traffic, traffic
-from kvdiag.analyzer.store.database import StoreReader
-from kvdiag.analyzer.store.kept import KeptStore
+from kvdiag.analyzer.model.incident import Incident, kept_incident
+from kvdiag.analyzer.model.profile import Profile
+from kvdiag.analyzer.model.traffic import DEFAULT_SEED, Traffic
 from kvdiag.domain.errors import NotPlannableError
 from kvdiag.domain.records.diagnosis import Diagnosis, Fact
 from kvdiag.domain.records.options import AnalyzeOptions
@@ -22,7 +19,7 @@ from kvdiag.pipeline import analyze
 from kvdiag.plan import sweep
 from kvdiag.plan.engine import Setup, apply, baseline_setup, parse_flags
 from kvdiag.plan.knee import find_knee
-from kvdiag.plan.outcomes import observed_drain, observed_outcome, simulated_outcome
+from kvdiag.plan.outcomes import observed_outcome, simulated_outcome
 from kvdiag.plan.sim import Request, simulate
 from kvdiag.plan.steptime import Fit, fit_step_model
 from kvdiag.plan.validate import errors, within
@@ -43,29 +40,26 @@ def plan_incident(incident: Path, analyze_opts: AnalyzeOptions, opts: PlanOption
     with tempfile.TemporaryDirectory(prefix="kvdiag-plan-") as scratch:
         db = Path(scratch) / "incident.duckdb"
         diagnosis = analyze(dataclasses.replace(analyze_opts, incident=incident, db=db)).diagnosis
-        kept = KeptStore(db)
-        try:
-            return _plan(kept.reader, diagnosis, opts)
-        finally:
-            kept.close()
+        with kept_incident(db, diagnosis.facts) as model:
+            return _plan(model, diagnosis, opts)
 
 
-def _plan(reader: StoreReader, diagnosis: Diagnosis, opts: PlanOptions) -> Plan:
+def _plan(incident: Incident, diagnosis: Diagnosis, opts: PlanOptions) -> Plan:
     if diagnosis.fleet:
         raise NotPlannableError(
             f"a fleet of {len(diagnosis.fleet)} replicas: kvdiag plans one engine at a time "
             "(give one replica's folder)"
         )
-    settings = {k: v.value for k, v in stated_settings(reader, diagnosis.facts).items()}
+    settings = {k: v.value for k, v in incident.stated_settings().items()}
     engine_name = _engine(diagnosis)
     base = baseline_setup(diagnosis.facts, settings)
-    load = traffic(reader, opts.seed)
+    load = incident.traffic(opts.seed)
     if not load.requests:
         raise NotPlannableError("no traffic to replay: no request log and no request counters")
-    fit = fit_step_model(reader, base.budget, base.tokens)
-    seen = profile(reader)
-    bounds = _bounds(reader, seen)
-    observed = observed_outcome(diagnosis.facts, seen, observed_drain(reader))
+    fit = fit_step_model(incident.step_windows(base.tokens), base.budget)
+    seen = incident.profile()
+    bounds = _bounds(incident, seen)
+    observed = observed_outcome(diagnosis.facts, seen, incident.observed_drain())
     requests = _scaled(load.requests, opts.load_scale)
     max_len = _max_model_len(diagnosis.facts)
     simulated = simulated_outcome(
@@ -116,7 +110,7 @@ def _max_model_len(facts: Mapping[str, Fact | tuple[Fact, ...]]) -> int | None:
     return fact.value if isinstance(fact, Fact) and isinstance(fact.value, int) else None
 
 
-def _bounds(reader: StoreReader, seen: Profile) -> dict[str, list[float]]:
+def _bounds(incident: Incident, seen: Profile) -> dict[str, list[float]]:
     """The engine's own bucket bounds of the latency histograms the observed p95s were read
     from, so that simulated ones are read the same way (like for like)."""
     out = {}
@@ -127,7 +121,7 @@ def _bounds(reader: StoreReader, seen: Profile) -> dict[str, list[float]]:
         measured = seen.outcome.get(name)
         if measured is None or "histogram" not in measured.source:
             continue
-        edges = [le for le, _ in histogram_buckets(reader, metric)]
+        edges = incident.histogram_edges(metric)
         if edges:
             out[key] = edges
     return out

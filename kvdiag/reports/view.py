@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvdiag.analyzer.model.chart_series import CHARTED_BY
 from kvdiag.domain.fmt import coverage, fmt_duration, fmt_quantity, humanise
 from kvdiag.domain.records.diagnosis import (
+    CHARTED_BY,
     Comparison,
     Diagnosis,
     Fact,

@@ -7,6 +7,16 @@ from typing import Any
 
 import polars as pl
 
+from kvdiag.analyzer.model.quantities.peak import shrink_words
+from kvdiag.analyzer.model.quantities.refusals import (
+    NO_KV_ROOM,
+    ONE_REQUEST_UNFIT,
+    STATE_SLOTS_SHORT,
+    advised_changes,
+    first_sentence,
+)
+from kvdiag.analyzer.model.quantities.vocabulary import vocabulary
+from kvdiag.analyzer.model.quantities.workload import fmt_tokens
 from kvdiag.domain import dtypes, kvmath
 from kvdiag.domain.records.diagnosis import (
     Comparison,
@@ -18,17 +28,7 @@ from kvdiag.domain.records.diagnosis import (
 )
 from kvdiag.domain.units import GIB
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.support.peak import shrink_words
-from kvdiag.rules.support.refusals import (
-    NO_KV_ROOM,
-    ONE_REQUEST_UNFIT,
-    STATE_SLOTS_SHORT,
-    advised_changes,
-    first_sentence,
-)
 from kvdiag.rules.support.second_tier import second_tier
-from kvdiag.rules.support.vocabulary import vocabulary
-from kvdiag.rules.support.workload import fmt_tokens
 
 # Start-up refusals, by wording, for rows whose event name an ingester may spell its own way.
 _NO_BLOCKS = (

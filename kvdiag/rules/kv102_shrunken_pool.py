@@ -7,6 +7,15 @@ from collections.abc import Iterable, Iterator
 import polars as pl
 
 from kvdiag.analyzer.model.engine import ENGINE_OF_INPUT
+from kvdiag.analyzer.model.quantities.card import Card, card
+from kvdiag.analyzer.model.quantities.ledger import Ledger, fmt_gib, nominal_pool_gib, waterfall
+from kvdiag.analyzer.model.quantities.load_picture import (
+    load_points,
+    points_by_replica,
+    preemptions,
+)
+from kvdiag.analyzer.model.quantities.vocabulary import two_engines, vocabularies, vocabulary
+from kvdiag.analyzer.model.quantities.workload import fmt_tokens, pct
 from kvdiag.analyzer.model.queries import col_max
 from kvdiag.domain.ledger import ACTIVATION, CUDA_GRAPH, NON_TORCH, UNATTRIBUTED, term
 from kvdiag.domain.records.diagnosis import (
@@ -18,11 +27,6 @@ from kvdiag.domain.records.diagnosis import (
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.support.card import Card, card
-from kvdiag.rules.support.ledger import Ledger, fmt_gib, nominal_pool_gib, waterfall
-from kvdiag.rules.support.load_picture import load_points, points_by_replica, preemptions
-from kvdiag.rules.support.vocabulary import two_engines, vocabularies, vocabulary
-from kvdiag.rules.support.workload import fmt_tokens, pct
 
 _TABLES = ("log_memory", "log_kv_pool", "gpu_snapshots", "config")
 

@@ -7,6 +7,17 @@ from typing import Any
 
 import polars as pl
 
+from kvdiag.analyzer.model.quantities.card import card
+from kvdiag.analyzer.model.quantities.ledger import fmt_gib
+from kvdiag.analyzer.model.quantities.load_picture import load_points
+from kvdiag.analyzer.model.quantities.refusals import (
+    MEMORY_REFUSALS,
+    advised_changes,
+    first_sentence,
+    named_settings,
+)
+from kvdiag.analyzer.model.quantities.vocabulary import vocabulary
+from kvdiag.analyzer.model.quantities.workload import pct
 from kvdiag.analyzer.model.queries import col_max
 from kvdiag.domain.records.diagnosis import (
     Comparison,
@@ -18,17 +29,6 @@ from kvdiag.domain.records.diagnosis import (
 )
 from kvdiag.domain.units import GIB
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.support.card import card
-from kvdiag.rules.support.ledger import fmt_gib
-from kvdiag.rules.support.load_picture import load_points
-from kvdiag.rules.support.refusals import (
-    MEMORY_REFUSALS,
-    advised_changes,
-    first_sentence,
-    named_settings,
-)
-from kvdiag.rules.support.vocabulary import vocabulary
-from kvdiag.rules.support.workload import pct
 
 
 class MemoryOvercommit(Rule):

@@ -7,6 +7,9 @@ from typing import Any
 
 import polars as pl
 
+from kvdiag.analyzer.model.quantities.ledger import fmt_gib
+from kvdiag.analyzer.model.quantities.vocabulary import engine_process_words
+from kvdiag.analyzer.model.quantities.workload import fmt_tokens
 from kvdiag.domain.records.diagnosis import (
     Comparison,
     Finding,
@@ -16,9 +19,6 @@ from kvdiag.domain.records.diagnosis import (
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.support.ledger import fmt_gib
-from kvdiag.rules.support.vocabulary import engine_process_words
-from kvdiag.rules.support.workload import fmt_tokens
 
 
 class GpuImbalance(Rule):

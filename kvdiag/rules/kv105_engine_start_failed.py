@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kvdiag.domain.records.diagnosis import Finding, Remedy, Severity
-from kvdiag.rules.base import Rule, RuleContext
-from kvdiag.rules.support.refusals import (
+from kvdiag.analyzer.model.quantities.refusals import (
     MEMORY_REFUSALS,
     NO_KV_ROOM,
     ONE_REQUEST_UNFIT,
     STATE_SLOTS_SHORT,
 )
+from kvdiag.domain.records.diagnosis import Finding, Remedy, Severity
+from kvdiag.rules.base import Rule, RuleContext
 
 # Refusals that are about the pool or memory belong to KV101 / KV103, which explain them
-# better (every backend's wording: rules/support/refusals.py).
+# better (every backend's wording: analyzer/model/quantities/refusals.py).
 _CAPACITY_EVENTS = (
     "needs_more_kv",
     "max_len_exceeds_pool",

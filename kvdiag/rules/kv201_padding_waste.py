@@ -8,6 +8,20 @@ from typing import Any
 
 import polars as pl
 
+from kvdiag.analyzer.model.quantities.demand import slots
+from kvdiag.analyzer.model.quantities.episodes import best_source
+from kvdiag.analyzer.model.quantities.hybrid import HybridBlocks, hybrid_blocks
+from kvdiag.analyzer.model.quantities.load_picture import points_by_replica, usage_evidence
+from kvdiag.analyzer.model.quantities.spread import Range, Spread, payload_range
+from kvdiag.analyzer.model.quantities.vocabulary import vocabulary
+from kvdiag.analyzer.model.quantities.workload import (
+    Lengths,
+    Pool,
+    fmt_tokens,
+    lengths,
+    pool,
+    spread,
+)
 from kvdiag.analyzer.model.queries import prefix_hit_rate
 from kvdiag.domain.records.diagnosis import (
     Comparison,
@@ -18,14 +32,7 @@ from kvdiag.domain.records.diagnosis import (
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.support.demand import slots
-from kvdiag.rules.support.episodes import best_source
-from kvdiag.rules.support.hybrid import HybridBlocks, hybrid_blocks
-from kvdiag.rules.support.load_picture import points_by_replica, usage_evidence
 from kvdiag.rules.support.radix import evictable_added_back
-from kvdiag.rules.support.spread import Range, Spread, payload_range
-from kvdiag.rules.support.vocabulary import vocabulary
-from kvdiag.rules.support.workload import Lengths, Pool, fmt_tokens, lengths, pool, spread
 
 
 class PaddingWaste(Rule):

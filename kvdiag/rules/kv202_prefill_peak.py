@@ -7,6 +7,16 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kvdiag.analyzer.model.quantities.episodes import best_source, by_time
+from kvdiag.analyzer.model.quantities.load_picture import (
+    load_points,
+    point_evidence,
+    points_by_replica,
+    usage_evidence,
+    waiting_evidence,
+)
+from kvdiag.analyzer.model.quantities.vocabulary import Vocabulary, vocabulary
+from kvdiag.analyzer.model.quantities.workload import Lengths, fmt_tokens, lengths, pct, pool
 from kvdiag.analyzer.model.queries import col_max, first_max, prefix_hit_rate
 from kvdiag.domain.records.diagnosis import (
     Comparison,
@@ -18,16 +28,6 @@ from kvdiag.domain.records.diagnosis import (
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.support.episodes import best_source, by_time
-from kvdiag.rules.support.load_picture import (
-    load_points,
-    point_evidence,
-    points_by_replica,
-    usage_evidence,
-    waiting_evidence,
-)
-from kvdiag.rules.support.vocabulary import Vocabulary, vocabulary
-from kvdiag.rules.support.workload import Lengths, fmt_tokens, lengths, pct, pool
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,8 @@ from collections.abc import Iterable, Iterator
 
 from kvdiag.analyzer.model.lmcache import ConnectorTier, last_log_line, lmcache_tier
 from kvdiag.analyzer.model.offload import Counted, OffloadTier, offload_tier
+from kvdiag.analyzer.model.quantities.ledger import fmt_gib
+from kvdiag.analyzer.model.quantities.workload import fmt_tokens
 from kvdiag.domain.records.diagnosis import (
     Comparison,
     Evidence,
@@ -15,8 +17,6 @@ from kvdiag.domain.records.diagnosis import (
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.support.ledger import fmt_gib
-from kvdiag.rules.support.workload import fmt_tokens
 
 _GIB = 1024**3
 
@@ -57,10 +57,10 @@ class OffloadNoHits(Rule):
     )
 
     def check(self, ctx: RuleContext) -> Iterable[Finding | Comparison | RuledOut]:
-        connector = ctx.store.memo("lmcache_tier", lambda: lmcache_tier(ctx))
+        connector = ctx.memo("lmcache_tier", lambda: lmcache_tier(ctx))
         if connector is not None:
             yield from _connector_hits(ctx, connector)
-        tier = ctx.store.memo("offload_tier", lambda: offload_tier(ctx))
+        tier = ctx.memo("offload_tier", lambda: offload_tier(ctx))
         if not tier.present:
             return
         yield from self._hits(ctx, tier)  # bytes of vLLM's own offload connector

@@ -8,6 +8,28 @@ from datetime import timedelta
 
 import polars as pl
 
+from kvdiag.analyzer.model.quantities.demand import trend
+from kvdiag.analyzer.model.quantities.episodes import best_source, by_time
+from kvdiag.analyzer.model.quantities.growth import Growth, growth
+from kvdiag.analyzer.model.quantities.load_picture import (
+    aggregated_note,
+    point_evidence,
+    points_by_replica,
+    preemptions,
+    pressure,
+    usage_evidence,
+    waiting_evidence,
+)
+from kvdiag.analyzer.model.quantities.peak import saturation_remedies
+from kvdiag.analyzer.model.quantities.pool_full import (
+    event_times,
+    points_extent,
+    replicas_with_statements,
+    statement_phrase,
+    statements,
+)
+from kvdiag.analyzer.model.quantities.vocabulary import vocabulary
+from kvdiag.analyzer.model.quantities.workload import fmt_tokens, lengths, pct, pool
 from kvdiag.analyzer.model.queries import col_max, first_max
 from kvdiag.domain.records.diagnosis import (
     Comparison,
@@ -20,29 +42,7 @@ from kvdiag.domain.records.diagnosis import (
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.support.demand import trend
-from kvdiag.rules.support.episodes import best_source, by_time
-from kvdiag.rules.support.growth import Growth, growth
-from kvdiag.rules.support.load_picture import (
-    aggregated_note,
-    point_evidence,
-    points_by_replica,
-    preemptions,
-    pressure,
-    usage_evidence,
-    waiting_evidence,
-)
-from kvdiag.rules.support.peak import saturation_remedies
-from kvdiag.rules.support.pool_full import (
-    event_times,
-    points_extent,
-    replicas_with_statements,
-    statement_phrase,
-    statements,
-)
 from kvdiag.rules.support.replica_load import ReplicaLoad, saturation_rows
-from kvdiag.rules.support.vocabulary import vocabulary
-from kvdiag.rules.support.workload import fmt_tokens, lengths, pct, pool
 
 
 class KvSaturation(Rule):

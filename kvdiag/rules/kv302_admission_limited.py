@@ -6,22 +6,22 @@ from collections.abc import Iterable, Iterator
 
 import polars as pl
 
-from kvdiag.analyzer.model.queries import col_max
-from kvdiag.domain.records.diagnosis import Evidence, Finding, IncidentClass, RuledOut, Severity
-from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.support.admission_limiters import deferred_only, find_limiter
-from kvdiag.rules.support.episodes import Episode, best_source, episodes
-from kvdiag.rules.support.load_picture import (
+from kvdiag.analyzer.model.quantities.episodes import Episode, best_source, episodes
+from kvdiag.analyzer.model.quantities.load_picture import (
     aggregated_note,
     points_by_replica,
     preemptions,
     usage_evidence,
     waiting_evidence,
 )
-from kvdiag.rules.support.queue_cap import pool_during, read_caps
-from kvdiag.rules.support.rejections import Rejections, rejecting_replicas, rejections
-from kvdiag.rules.support.vocabulary import vocabulary
-from kvdiag.rules.support.workload import lengths, pct
+from kvdiag.analyzer.model.quantities.queue_cap import pool_during, read_caps
+from kvdiag.analyzer.model.quantities.rejections import Rejections, rejecting_replicas, rejections
+from kvdiag.analyzer.model.quantities.vocabulary import vocabulary
+from kvdiag.analyzer.model.quantities.workload import lengths, pct
+from kvdiag.analyzer.model.queries import col_max
+from kvdiag.domain.records.diagnosis import Evidence, Finding, IncidentClass, RuledOut, Severity
+from kvdiag.rules.base import Rule, RuleContext, Threshold
+from kvdiag.rules.support.admission_limiters import deferred_only, find_limiter
 
 
 class AdmissionLimited(Rule):

@@ -7,6 +7,14 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kvdiag.analyzer.model.quantities.episodes import best_source
+from kvdiag.analyzer.model.quantities.load_picture import (
+    points_by_replica,
+    usage_evidence,
+    waiting_evidence,
+)
+from kvdiag.analyzer.model.quantities.vocabulary import fleet_phrase
+from kvdiag.analyzer.model.quantities.workload import pct
 from kvdiag.analyzer.model.queries import (
     col_max,
     first_max,
@@ -24,10 +32,6 @@ from kvdiag.domain.records.diagnosis import (
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.support.episodes import best_source
-from kvdiag.rules.support.load_picture import points_by_replica, usage_evidence, waiting_evidence
-from kvdiag.rules.support.vocabulary import fleet_phrase
-from kvdiag.rules.support.workload import pct
 
 # Settings that change a replica's capacity; replicas that differ here are not comparable.
 CAPACITY_KEYS = (

@@ -7,6 +7,15 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kvdiag.analyzer.model.quantities.growth import Growth, growth
+from kvdiag.analyzer.model.quantities.load_picture import (
+    points_by_replica,
+    preemptions,
+    pressure,
+    usage_evidence,
+)
+from kvdiag.analyzer.model.quantities.vocabulary import vocabulary
+from kvdiag.analyzer.model.quantities.workload import fmt_tokens, pct, pool
 from kvdiag.analyzer.model.queries import col_max, first_max
 from kvdiag.domain.records.diagnosis import (
     Comparison,
@@ -17,15 +26,6 @@ from kvdiag.domain.records.diagnosis import (
     Severity,
 )
 from kvdiag.rules.base import Rule, RuleContext, Threshold
-from kvdiag.rules.support.growth import Growth, growth
-from kvdiag.rules.support.load_picture import (
-    points_by_replica,
-    preemptions,
-    pressure,
-    usage_evidence,
-)
-from kvdiag.rules.support.vocabulary import vocabulary
-from kvdiag.rules.support.workload import fmt_tokens, pct, pool
 
 
 class KvHeadroom(Rule):
@@ -201,7 +201,7 @@ def _trouble(ctx: RuleContext, replica: str | None) -> Iterator[str]:
 
 def _count(ctx: RuleContext, table: str, replica: str | None) -> int:
     """Rows of a log table, of one replica or of all (counted once for every replica)."""
-    counts = ctx.store.memo(
+    counts = ctx.memo(
         ("count_by_replica", table),
         lambda: dict(ctx.sql(f"SELECT replica, count(*) FROM {table} GROUP BY ALL").rows()),
     )

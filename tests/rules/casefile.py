@@ -22,6 +22,7 @@ from typing import Any
 import polars as pl
 
 from kvdiag.analyzer import model as facts
+from kvdiag.analyzer.model.incident import Incident
 from kvdiag.analyzer.schema import table
 from kvdiag.analyzer.store.database import Store
 from kvdiag.domain.records.options import AnalyzeOptions
@@ -132,6 +133,6 @@ def run_case(case: RuleCase) -> rule_runner.RulesOutcome:
         reader = store.reader
         overrides = {f"{case.code}.{k}": float(v) for k, v in case.spec.get("set", {}).items()}
         opts = AnalyzeOptions(incident=Path("."), select=(case.code,), thresholds=overrides)
-        return rule_runner.run_rules(reader, facts.establish(reader), opts)
+        return rule_runner.run_rules(Incident(reader, facts.establish(reader)), opts)
     finally:
         store.discard()

@@ -15,11 +15,12 @@ import pytest
 from kvdiag.analyzer import model as facts
 from kvdiag.analyzer.ingest.base import IngestContext, InputUnit, TableBatch
 from kvdiag.analyzer.ingest.registry import INGESTERS_BY_KIND
+from kvdiag.analyzer.model.incident import Incident
 from kvdiag.analyzer.store.database import Store
 from kvdiag.domain.units import GIB, KIB
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.kv102_shrunken_pool import ShrunkenPool
-from kvdiag.rules.support.card import card
+from kvdiag.analyzer.model.quantities.card import card
 from tests.conftest import FIXTURES
 from tests.ingest_helpers import kind_of
 
@@ -58,7 +59,7 @@ def _context(incident: Path) -> Iterator[RuleContext]:
                 store.append(emit.table, emit.frame, emit.series)
     store.flush()
     try:
-        yield RuleContext(ShrunkenPool(), store.reader, facts.establish(store.reader), {})
+        yield RuleContext(ShrunkenPool(), Incident(store.reader, facts.establish(store.reader)), {})
     finally:
         store.discard()
 

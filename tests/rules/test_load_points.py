@@ -9,10 +9,11 @@ import polars as pl
 import pytest
 
 from kvdiag.analyzer import model as facts
+from kvdiag.analyzer.model.incident import Incident
 from kvdiag.analyzer.store.database import Store
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.kv301_saturation import KvSaturation
-from kvdiag.rules.support.load_picture import COLUMNS, _compact, load_points
+from kvdiag.analyzer.model.quantities.load_picture import COLUMNS, _compact, load_points
 
 
 def _points(row_ids: list[int], w_rows: list[int | None]) -> pl.DataFrame:
@@ -68,7 +69,7 @@ def _log_store(rows: list[dict[str, object]]) -> Store:
 
 def _read_points(store: Store) -> pl.DataFrame:
     reader = store.reader
-    ctx = RuleContext(KvSaturation(), reader, facts.establish(reader), {})
+    ctx = RuleContext(KvSaturation(), Incident(reader, facts.establish(reader)), {})
     return load_points(ctx)
 
 

@@ -26,7 +26,6 @@ MAX_POINTS = 500
 # A fleet's charts keep its busiest replicas: hundreds of replicas drawn as lines are
 # unreadable and swell the JSON report; the fleet table still lists every replica.
 MAX_CHARTED_REPLICAS = 8
-CHARTED_BY = "most requests waiting, then highest KV cache usage, then most preemptions"
 _BUSY_MEASURES = ("num_requests_waiting", "kv_cache_usage", "num_preemptions")  # CHARTED_BY
 WINDOW_USAGE_PCT = 90.0  # the incident window: usage at or above this, or requests waiting
 QUANTILE = 0.99

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kvdiag.analyzer.model.base import Facts, ref
+from kvdiag.analyzer.model.reads import Reads
 from kvdiag.analyzer.store.database import StoreReader
 from kvdiag.domain.records.diagnosis import Fact, SourceRef
 
@@ -73,7 +74,7 @@ def engine_facts(reader: StoreReader, facts: Facts) -> None:
 
 
 def engine_of_replica(
-    reader: StoreReader, facts: Mapping[str, Fact | tuple[Fact, ...]], replica: str
+    reader: Reads, facts: Mapping[str, Fact | tuple[Fact, ...]], replica: str
 ) -> str | None:
     """The engine one replica ran: the folder's only engine, else its own logs' engine
     (None when the replica's logs are of two engines, or it has none)."""

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from kvdiag.analyzer.model.queries import counter_total, histogram_mean, histogram_quantile
-from kvdiag.analyzer.store.database import StoreReader
+from kvdiag.analyzer.model.reads import Reads
 
 CLIENT = "client request log"
 BUSY_WINDOW_S = 10.0  # the peak arrival rate is the busiest window of this length
@@ -40,7 +40,7 @@ class Profile:
     load_start: str | None  # ISO: the first request sent, else the first busy sample
 
 
-def profile(reader: StoreReader) -> Profile:
+def profile(reader: Reads) -> Profile:
     client = _client(reader)
     load = _client_load(reader, client) if client["n"] else _engine_load(reader)
     outcome = {**_latencies(reader, client), **_refusals(reader, client)}
@@ -48,7 +48,7 @@ def profile(reader: StoreReader) -> Profile:
     return Profile(load, outcome, start.isoformat() if isinstance(start, datetime) else None)
 
 
-def _client(reader: StoreReader) -> dict[str, Any]:
+def _client(reader: Reads) -> dict[str, Any]:
     return reader.sql(
         "SELECT count(*) AS n, min(send_ts) AS first, max(send_ts) AS last, "
         "max(end_ts) AS ended FROM client_requests WHERE send_ts IS NOT NULL"
@@ -61,7 +61,7 @@ def _span(first: Any, last: Any) -> float | None:
     return (last - first).total_seconds()
 
 
-def _client_load(reader: StoreReader, client: dict[str, Any]) -> dict[str, Measure]:
+def _client_load(reader: Reads, client: dict[str, Any]) -> dict[str, Measure]:
     n = int(client["n"])
     arrivals = _span(client["first"], client["last"])
     lengths = reader.sql(
@@ -102,7 +102,7 @@ def _client_load(reader: StoreReader, client: dict[str, Any]) -> dict[str, Measu
     }
 
 
-def _engine_load(reader: StoreReader) -> dict[str, Measure]:
+def _engine_load(reader: Reads) -> dict[str, Measure]:
     """The load from the engine's own counters and histograms, else its stats lines."""
     finished = counter_total(reader, "request_success")
     source = "request_success counter"
@@ -125,7 +125,7 @@ def _engine_load(reader: StoreReader) -> dict[str, Measure]:
     return out
 
 
-def _histogram_lengths(reader: StoreReader, name: str, metric: str) -> dict[str, Measure]:
+def _histogram_lengths(reader: Reads, name: str, metric: str) -> dict[str, Measure]:
     source = f"{metric} histogram"
     mean = histogram_mean(reader, metric)
     out = {f"{name}_tokens_mean": Measure(mean[0] if mean else None, "tokens", source)}
@@ -146,13 +146,13 @@ _BUSY_LINES = (
 )
 
 
-def _busy_source(reader: StoreReader) -> tuple[str, str]:
+def _busy_source(reader: Reads) -> tuple[str, str]:
     if reader.scalar(f"SELECT count(*) FROM ({_BUSY_POINTS})"):
         return _BUSY_POINTS, "running + waiting scrapes"
     return _BUSY_LINES, "running + waiting in the stats lines"
 
 
-def _busy_span(reader: StoreReader) -> Measure:
+def _busy_span(reader: Reads) -> Measure:
     query, source = _busy_source(reader)
     row = reader.sql(f"SELECT min(ts) AS a, max(ts) AS b FROM ({query}) WHERE n > 0").row(
         0, named=True
@@ -160,17 +160,17 @@ def _busy_span(reader: StoreReader) -> Measure:
     return Measure(_span(row["a"], row["b"]), "s", f"{source}, first to last busy")
 
 
-def _first_busy(reader: StoreReader) -> Any:
+def _first_busy(reader: Reads) -> Any:
     query, _ = _busy_source(reader)
     return reader.scalar(f"SELECT min(ts) FROM ({query}) WHERE n > 0")
 
 
-def _peak_concurrency(reader: StoreReader) -> Measure:
+def _peak_concurrency(reader: Reads) -> Measure:
     query, source = _busy_source(reader)
     return Measure(reader.scalar(f"SELECT max(n) FROM ({query})"), "requests", source)
 
 
-def _latencies(reader: StoreReader, client: dict[str, Any]) -> dict[str, Measure]:
+def _latencies(reader: Reads, client: dict[str, Any]) -> dict[str, Measure]:
     out: dict[str, Measure] = {}
     for q in (0.5, 0.95, 0.99):
         pct = round(q * 100)
@@ -188,17 +188,17 @@ def _latencies(reader: StoreReader, client: dict[str, Any]) -> dict[str, Measure
     return out
 
 
-def _histogram_measure(reader: StoreReader, metric: str, q: float) -> Measure:
+def _histogram_measure(reader: Reads, metric: str, q: float) -> Measure:
     value = histogram_quantile(reader, metric, q)
     return Measure(value, "s", f"{metric} histogram (buckets)" if value is not None else "")
 
 
-def _client_quantile(reader: StoreReader, column: str, q: float) -> Measure:
+def _client_quantile(reader: Reads, column: str, q: float) -> Measure:
     value = reader.scalar(f"SELECT quantile_cont({column}, ?) FROM client_requests", [q])
     return Measure(value, "s", CLIENT if value is not None else "")
 
 
-def _refusals(reader: StoreReader, client: dict[str, Any]) -> dict[str, Measure]:
+def _refusals(reader: Reads, client: dict[str, Any]) -> dict[str, Measure]:
     """Requests turned away (HTTP 429/503) and requests that failed, from the largest
     witness: a rejection seen by the client, the server and a counter is one rejection."""
     witnesses = [

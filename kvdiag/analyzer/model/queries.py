@@ -1,5 +1,7 @@
-"""Shared read queries for rules: metric series by canonical name, counter increases,
-histogram means and quantiles. Rules ask for canonical names only (see metric_aliases.toml)."""
+"""Shared read queries of the incident model, for the rules, the quantities and the
+commands: metric series by canonical name, counter increases, histogram means and
+quantiles. They ask for canonical names only (see metric_aliases.toml).
+"""
 
 from __future__ import annotations
 
@@ -9,19 +11,9 @@ from typing import Any
 
 import polars as pl
 
-from kvdiag.analyzer.store.database import StoreReader
+from kvdiag.analyzer.model.reads import Reads
 from kvdiag.domain.counters import counter_increase, counter_totals, series_increase_sql
 from kvdiag.domain.histograms import bucket_quantile
-from kvdiag.rules.base import RuleContext
-
-# The counter and histogram questions are asked by rules and by `kvdiag compare` (which
-# reads a store with no rule running): either gives the reader.
-Reads = RuleContext | StoreReader
-
-
-def _reader(ctx: Reads) -> StoreReader:
-    return ctx.store if isinstance(ctx, RuleContext) else ctx
-
 
 __all__ = [
     "bucket_increases",
@@ -40,13 +32,13 @@ __all__ = [
 ]
 
 # No provenance: a fleet's gauges and counters are millions of rows, of which evidence cites
-# a few; RuleContext.evidence reads a cited row's file, line and text back by its row id
+# a few; Incident.evidence reads a cited row's file, line and text back by its row id
 # (`sample_row`). A day of scrapes kept ~10 such frames of 86,400 rows through the rules,
 # 140 bytes a row with path, line, `reason` and `le`, 56 without.
 _SAMPLE_COLS = "replica, engine, ts, value, sample_row"
 
 
-def gauge(ctx: RuleContext, metric: str, reason: str | None = None) -> pl.DataFrame:
+def gauge(ctx: Reads, metric: str, reason: str | None = None) -> pl.DataFrame:
     """Samples of a gauge, ordered by replica and time."""
     where = "metric = ? AND suffix = ''"
     params: list[Any] = [metric]
@@ -57,7 +49,7 @@ def gauge(ctx: RuleContext, metric: str, reason: str | None = None) -> pl.DataFr
         f"SELECT {_SAMPLE_COLS} FROM metric_samples WHERE {where} "
         "ORDER BY replica, engine, ts NULLS FIRST, source_path, source_line"
     )
-    return ctx.store.memo(("gauge", metric, reason), lambda: ctx.sql(query, params))
+    return ctx.memo(("gauge", metric, reason), lambda: ctx.sql(query, params))
 
 
 def counter(ctx: Reads, metric: str) -> pl.DataFrame:
@@ -72,27 +64,25 @@ def counter(ctx: Reads, metric: str) -> pl.DataFrame:
         "FROM metric_samples WHERE metric = ? AND suffix = 'total' "
         "ORDER BY replica, engine, series, ts NULLS FIRST, source_path, source_line"
     )
-    reader = _reader(ctx)
+    reader = ctx
     return reader.memo(("counter", metric), lambda: reader.sql(query, [metric]))
 
 
-def replica_part(
-    ctx: RuleContext, key: Hashable, frame: pl.DataFrame, replica: str
-) -> pl.DataFrame:
+def replica_part(ctx: Reads, key: Hashable, frame: pl.DataFrame, replica: str) -> pl.DataFrame:
     """The rows of one replica of `frame` (a memoised whole-fleet frame known by `key`).
 
     The frame is split once, so asking for each replica of a fleet in turn costs one pass.
     """
-    parts = ctx.store.memo(("parts", key), lambda: split_by_replica(frame))
+    parts = ctx.memo(("parts", key), lambda: split_by_replica(frame))
     return parts.get(replica, frame.clear())
 
 
-def of_replica(ctx: RuleContext, query: str, replica: str | None) -> pl.DataFrame:
+def of_replica(ctx: Reads, query: str, replica: str | None) -> pl.DataFrame:
     """The rows of a whole-store query (read once per analysis), or one replica's of them.
 
     Row order within a replica is the query's own.
     """
-    frame = ctx.store.memo(("query", query), lambda: ctx.sql(query))
+    frame = ctx.memo(("query", query), lambda: ctx.sql(query))
     return frame if replica is None else replica_part(ctx, ("query", query), frame, replica)
 
 
@@ -123,7 +113,7 @@ def split_by_replica(frame: pl.DataFrame) -> dict[Any, pl.DataFrame]:
 
 def histogram_mean(ctx: Reads, metric: str, replica: str | None = None) -> tuple[float, int] | None:
     """(mean, count) of a histogram at its last sample per series, or None."""
-    reader = _reader(ctx)
+    reader = ctx
     frame = reader.memo(("histogram_mean", metric), lambda: _last_sum_count(reader, metric))
     if replica is not None:
         frame = frame.filter(pl.col("replica") == replica)
@@ -135,7 +125,7 @@ def histogram_mean(ctx: Reads, metric: str, replica: str | None = None) -> tuple
     return float(s) / float(c), int(c)  # type: ignore[arg-type]
 
 
-def _last_sum_count(ctx: StoreReader, metric: str) -> pl.DataFrame:
+def _last_sum_count(ctx: Reads, metric: str) -> pl.DataFrame:
     """Per replica: the histogram's `_sum` and `_count` at each series' last sample."""
     return ctx.sql(
         "WITH last AS (SELECT replica, engine, suffix, arg_max(value, ts) AS v "
@@ -160,7 +150,7 @@ def counter_total(ctx: Reads, metric: str, replica: str | None = None) -> float 
     if replica is None:
         series = counter(ctx, metric)
         return counter_increase(series) if series.height else None
-    reader = _reader(ctx)
+    reader = ctx
     return reader.memo(("counter_totals", metric), lambda: _increases(reader, metric)).get(replica)
 
 
@@ -210,11 +200,11 @@ _BUCKET_SAMPLES = (
 
 def bucket_increases(ctx: Reads, metric: str) -> pl.DataFrame:
     """Per replica and bucket bound: the observations over the window (`count`)."""
-    reader = _reader(ctx)
+    reader = ctx
     return reader.memo(("bucket_increases", metric), lambda: _bucket_increases(reader, metric))
 
 
-def _bucket_increases(reader: StoreReader, metric: str) -> pl.DataFrame:
+def _bucket_increases(reader: Reads, metric: str) -> pl.DataFrame:
     per_series = series_increase_sql(_BUCKET_SAMPLES, "series_id", "ts NULLS FIRST, row")
     return reader.sql(
         f"SELECT s.replica, s.le, sum(i.increase) AS count FROM ({per_series}) i "
@@ -224,7 +214,7 @@ def _bucket_increases(reader: StoreReader, metric: str) -> pl.DataFrame:
     )
 
 
-def prefix_hit_rate(ctx: RuleContext, replica: str | None = None) -> float | None:
+def prefix_hit_rate(ctx: Reads, replica: str | None = None) -> float | None:
     """Prefix-cache hits / queries over the window (tokens): the counters, else SGLang's
     prefill lines (cached / cached + new prompt tokens); else the last rate a gauge or a stats
     line printed."""

@@ -22,7 +22,7 @@ from kvdiag.analyzer.model.first_stated import (
     first_engine_rows,
     first_gauge_rows,
 )
-from kvdiag.analyzer.store.database import StoreReader
+from kvdiag.analyzer.model.reads import Reads
 from kvdiag.domain.records.diagnosis import Fact
 from kvdiag.domain.settings import setting_metrics
 
@@ -77,12 +77,12 @@ class ConfigRows(list[dict[str, Any]]):
         return self._by_replica.get(replica, [])
 
 
-def config_rows(reader: StoreReader) -> ConfigRows:
+def config_rows(reader: Reads) -> ConfigRows:
     """Config rows, the engine config line's values and the setting gauges (SGLang's) as rows."""
     return reader.memo("facts.config_rows", lambda: _config_rows(reader))
 
 
-def _config_rows(reader: StoreReader) -> ConfigRows:
+def _config_rows(reader: Reads) -> ConfigRows:
     # The first statement of each kind only (first_stated.py): the values and lines the
     # facts pick are the same, and a crash loop's restated configuration is not read.
     # Each source is read only when it holds rows (known from the store without a query).
@@ -107,7 +107,7 @@ def _config_rows(reader: StoreReader) -> ConfigRows:
     return rows
 
 
-def replicas(rows: list[dict[str, Any]], reader: StoreReader) -> list[str]:
+def replicas(rows: list[dict[str, Any]], reader: Reads) -> list[str]:
     """Replicas that state settings or ran a log; "default" when none is named."""
     named = {str(r["replica"]) for r in rows if r.get("replica")}
     if reader.has_rows("log_kv_pool"):
@@ -136,7 +136,7 @@ def setting(
 
 
 def engine_context(
-    reader: StoreReader, rows: list[dict[str, Any]], replica: str, facts: Facts
+    reader: Reads, rows: list[dict[str, Any]], replica: str, facts: Facts
 ) -> EngineContext:
     """Engine, version, device, GPU memory and TP: what defaults depend on."""
     bare = EngineContext()
@@ -174,7 +174,7 @@ def engine_context(
     )
 
 
-def _gpu(reader: StoreReader, replica: str) -> dict[str, Any]:
+def _gpu(reader: Reads, replica: str) -> dict[str, Any]:
     """The replica's largest card and its name (every card's for the default replica)."""
     if not reader.has_rows("gpu_snapshots"):
         return {"mib": None, "name": None}
@@ -196,7 +196,7 @@ def _fact(found: Effective, unit: str, convert: Callable[[str], Any]) -> Fact:
     return Fact(convert(found.value), unit or None, ref(dict(found.row)), found.note)
 
 
-def setting_facts(reader: StoreReader, facts: Facts) -> None:
+def setting_facts(reader: Reads, facts: Facts) -> None:
     """Every setting of SETTING_FACTS with its best source, per replica."""
     rows = config_rows(reader)
     per_key: dict[str, list[tuple[str, Fact]]] = {}
@@ -216,7 +216,7 @@ def setting_facts(reader: StoreReader, facts: Facts) -> None:
         facts[name] = scoped(scoped_facts)
 
 
-def _tp_from_processes(reader: StoreReader, replica: str) -> Effective | None:
+def _tp_from_processes(reader: Reads, replica: str) -> Effective | None:
     """TP size from nvidia-smi's process names (VLLM::Worker_TP0 ... Worker_TP7)."""
     if not reader.has_rows("gpu_processes"):
         return None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from kvdiag.analyzer.model.effective import Effective
+from kvdiag.analyzer.model.reads import Reads
 from kvdiag.analyzer.model.settings import (
     SETTING_FACTS,
     config_rows,
@@ -20,7 +21,6 @@ from kvdiag.analyzer.model.settings import (
     replicas,
     setting,
 )
-from kvdiag.analyzer.store.database import StoreReader
 from kvdiag.domain.records.diagnosis import Fact
 from kvdiag.domain.settings import engine_settings
 
@@ -68,7 +68,7 @@ def _source(found: Effective) -> str:
 
 
 def stated_settings(
-    reader: StoreReader, facts: Mapping[str, Fact | tuple[Fact, ...]]
+    reader: Reads, facts: Mapping[str, Fact | tuple[Fact, ...]]
 ) -> dict[str, Stated]:
     """The run's settings: every key its config rows name, and the capacity keys kvdiag
     knows defaults for. One replica's view: the first named (a fleet's replicas share
@@ -89,7 +89,7 @@ def stated_settings(
     return out
 
 
-def _card(reader: StoreReader) -> dict[str, Stated]:
+def _card(reader: Reads) -> dict[str, Stated]:
     row = reader.sql(
         "SELECT min(name) AS name, max(memory_total_mib) AS mib, count(DISTINCT gpu) AS n, "
         "min(source_path) AS path FROM gpu_snapshots"

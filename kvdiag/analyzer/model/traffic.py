@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 
 from kvdiag.analyzer.model.queries import counter, counter_total, histogram_buckets
-from kvdiag.analyzer.store.database import StoreReader
+from kvdiag.analyzer.model.reads import Reads
 from kvdiag.domain.records.traffic import Request
 
 CLIENT = "client request log"
@@ -40,7 +40,7 @@ class Traffic:
         return self.source == CLIENT
 
 
-def traffic(reader: StoreReader, seed: int = DEFAULT_SEED) -> Traffic:
+def traffic(reader: Reads, seed: int = DEFAULT_SEED) -> Traffic:
     hit = _hit_rate(reader)
     rows = reader.sql(
         "SELECT send_ts, end_ts, prompt_tokens, completion_tokens, max_tokens "
@@ -64,7 +64,7 @@ def _lengths_filled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r if r["prompt_tokens"] is not None else {**r, "prompt_tokens": median} for r in rows]
 
 
-def _hit_rate(reader: StoreReader) -> float:
+def _hit_rate(reader: Reads) -> float:
     """Prefix-cache hits / queries (tokens) over the run, from the engine's counters."""
     queries = counter_total(reader, "prefix_cache_queries")
     hits = counter_total(reader, "prefix_cache_hits")
@@ -119,7 +119,7 @@ def _predecessor(
     return best
 
 
-def _from_counters(reader: StoreReader, seed: int, hit: float) -> tuple[Request, ...]:
+def _from_counters(reader: Reads, seed: int, hit: float) -> tuple[Request, ...]:
     finished = counter(reader, "request_success")
     if finished.is_empty():
         return ()

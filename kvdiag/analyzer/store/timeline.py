@@ -22,8 +22,7 @@ import polars as pl
 
 from kvdiag.analyzer.schema.logs import LOG_TABLES
 from kvdiag.analyzer.store.database import StoreReader
-from kvdiag.domain.records.diagnosis import InputProblem
-from kvdiag.rules.engine.classify import Doubt
+from kvdiag.domain.records.diagnosis import Doubt, InputProblem
 
 # Processes of one server write to one stream with second-resolution stamps, so lines of
 # the API server and the engine core interleave a second or two out of order.

@@ -24,8 +24,7 @@ from kvdiag.analyzer.schema.aliases import load_aliases
 from kvdiag.analyzer.schema.fieldtypes import INT64_SATURATED
 from kvdiag.analyzer.store.database import INT32_LIMIT, StoreReader
 from kvdiag.domain.errors import FormatPackError
-from kvdiag.domain.records.diagnosis import InputProblem
-from kvdiag.rules.engine.classify import Doubt
+from kvdiag.domain.records.diagnosis import Doubt, InputProblem
 
 NUMERIC_TYPES = ("DOUBLE", "BIGINT", "INTEGER")
 PER_METRIC = "metric_aliases"

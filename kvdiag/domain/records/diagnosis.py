@@ -369,3 +369,28 @@ __all__ = [
     "UnmatchedTemplate",
     "Verdict",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Doubt:
+    """A reason to trust some inputs less (validate.py, timeline.py finds them).
+
+    It lowers the confidence of a verdict whose primary finding cites one of `paths` (a
+    file, or a folder holding it); with no paths, of every verdict.
+    """
+
+    reason: str
+    paths: frozenset[str] = frozenset()
+
+    def touches(self, finding: Finding) -> bool:
+        if not self.paths:
+            return True
+        return any(
+            e.path == p or e.path.startswith(p.rstrip("/") + "/")
+            for e in finding.evidence
+            for p in self.paths
+        )
+
+
+# How a fleet's replicas are ranked for the charts (the busiest first); the reports say it.
+CHARTED_BY = "most requests waiting, then highest KV cache usage, then most preemptions"

@@ -12,10 +12,10 @@ line), which only explains an open verdict.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from kvdiag.domain.records.diagnosis import (
     Confidence,
+    Doubt,
     Extent,
     Fact,
     Finding,
@@ -47,27 +47,6 @@ _NOT_A_PROBLEM = (None, IncidentClass.HEALTHY)
 BRIEF_SECONDS = 60.0
 SUSTAINED_SECONDS = 300.0
 _LOWER = {Confidence.HIGH: Confidence.MEDIUM, Confidence.MEDIUM: Confidence.LOW}
-
-
-@dataclass(frozen=True, slots=True)
-class Doubt:
-    """A reason to trust some inputs less (validate.py, timeline.py finds them).
-
-    It lowers the confidence of a verdict whose primary finding cites one of `paths` (a
-    file, or a folder holding it); with no paths, of every verdict.
-    """
-
-    reason: str
-    paths: frozenset[str] = frozenset()
-
-    def touches(self, finding: Finding) -> bool:
-        if not self.paths:
-            return True
-        return any(
-            e.path == p or e.path.startswith(p.rstrip("/") + "/")
-            for e in finding.evidence
-            for p in self.paths
-        )
 
 
 def _rank(cls: IncidentClass | None) -> int:

@@ -21,11 +21,12 @@ from typing import Any
 
 import polars as pl
 
+from kvdiag.analyzer.model.incident import Incident
+from kvdiag.analyzer.model.quantities.load_picture import points_by_replica
+from kvdiag.analyzer.model.reads import Reads
 from kvdiag.analyzer.model.samples import samples
-from kvdiag.analyzer.store.database import StoreReader
 from kvdiag.domain.counters import counter_totals
 from kvdiag.domain.records.diagnosis import (
-    Fact,
     Finding,
     IncidentClass,
     MissingEvidence,
@@ -37,7 +38,6 @@ from kvdiag.rules.engine import classify
 from kvdiag.rules.engine.rule_runner import selected_rules, thresholds_for
 from kvdiag.rules.kv303_replica_imbalance import ReplicaImbalance
 from kvdiag.rules.kv304_headroom import KvHeadroom
-from kvdiag.rules.support.load_picture import points_by_replica
 
 FLEET_CODE = ReplicaImbalance.code  # judged across replicas, not within one
 
@@ -97,18 +97,17 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class FleetInput:
-    """What the fleet view reads: the store, the rule run's findings, facts and gaps."""
+    """What the fleet view reads: the incident, the rule run's findings and gaps."""
 
-    reader: StoreReader
+    incident: Incident
     findings: Sequence[Finding]
-    facts: Mapping[str, Fact | tuple[Fact, ...]]
     missing: Sequence[MissingEvidence]
     opts: AnalyzeOptions
 
 
 def replica_verdicts(given: FleetInput) -> tuple[ReplicaVerdict, ...]:
     """One row per replica, worst first; empty with fewer than two replicas."""
-    reader, findings, missing = given.reader, given.findings, given.missing
+    reader, findings, missing = given.incident, given.findings, given.missing
     if (reader.scalar(_REPLICAS) or 0) < 2:
         return ()
     load = reader.sql(_LOAD)
@@ -140,7 +139,7 @@ def replica_verdicts(given: FleetInput) -> tuple[ReplicaVerdict, ...]:
 
 def _headroom_context(given: FleetInput) -> RuleContext:
     values = thresholds_for(KvHeadroom, given.opts.thresholds)
-    return RuleContext(KvHeadroom(), given.reader, given.facts, values)
+    return RuleContext(KvHeadroom(), given.incident, values)
 
 
 def _with_p95(given: FleetInput, load: pl.DataFrame) -> pl.DataFrame:
@@ -191,7 +190,7 @@ def _others(values: Sequence[float], i: int) -> float:
     return statistics.median([*values[:i], *values[i + 1 :]])
 
 
-def _increase(reader: StoreReader, metric: str, suffix: str) -> dict[str, int]:
+def _increase(reader: Reads, metric: str, suffix: str) -> dict[str, int]:
     frame = samples(reader, metric, suffix)
     if frame.is_empty():
         return {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvdiag.analyzer.store.database import StoreReader
+from kvdiag.analyzer.model.reads import Reads
 from kvdiag.domain.records.diagnosis import MissingEvidence
 
 SERVER_LOGS = ("vllm_log", "sglang_log", "tgi_log", "trtllm_log")
@@ -58,7 +58,7 @@ def affected_layers(item: MissingEvidence) -> tuple[int, ...]:
     return _LAYERS.get(item.what, ())
 
 
-def on_cpu(reader: StoreReader) -> bool:
+def on_cpu(reader: Reads) -> bool:
     """The engine ran on the CPU backend: GPU snapshots do not apply to its pool."""
     return bool(
         reader.scalar(
@@ -69,7 +69,7 @@ def on_cpu(reader: StoreReader) -> bool:
     )
 
 
-def missing_evidence(reader: StoreReader) -> tuple[MissingEvidence, ...]:
+def missing_evidence(reader: Reads) -> tuple[MissingEvidence, ...]:
     """What the folder lacks among the inputs a full analysis uses."""
     kinds = set(
         reader.sql("SELECT DISTINCT kind FROM inputs WHERE status = 'used'")["kind"].to_list()
@@ -93,7 +93,7 @@ def missing_evidence(reader: StoreReader) -> tuple[MissingEvidence, ...]:
     return tuple(out)
 
 
-def _pool_stated(reader: StoreReader) -> bool:
+def _pool_stated(reader: Reads) -> bool:
     """A pool size is somewhere: a log pool line, vLLM's cache config, SGLang's pool gauge."""
     return bool(
         reader.has_rows("log_kv_pool")

@@ -1,4 +1,4 @@
-"""Run the rules over the store, each in isolation, and collect their results.
+"""Run the rules over the incident model, each in isolation, and collect their results.
 
 A rule whose tables are empty is skipped with the reason; a rule that raises becomes an
 engine problem and a `crashed` rule run, and the others still run. Rules yield findings,
@@ -12,9 +12,9 @@ import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kvdiag.analyzer.store.database import StoreReader
+from kvdiag.analyzer.model.incident import Incident
 from kvdiag.domain.errors import NoSpaceError
-from kvdiag.domain.records.diagnosis import Comparison, Fact, Finding, RuledOut, RuleRun
+from kvdiag.domain.records.diagnosis import Comparison, Finding, RuledOut, RuleRun
 from kvdiag.domain.records.options import AnalyzeOptions
 from kvdiag.rules import RULES
 from kvdiag.rules.base import Rule, RuleContext
@@ -37,7 +37,7 @@ def selected_rules(
     return [r for r in chosen if not {r.code, r.name} & set(opts.ignore)]
 
 
-def skip_reason(rule: type[Rule], reader: StoreReader) -> str | None:
+def skip_reason(rule: type[Rule], reader: Incident) -> str | None:
     """Why a rule cannot run on this store, or None when it can."""
     empty = [t for t in rule.requires if not reader.has_rows(t)]
     if empty:
@@ -57,8 +57,7 @@ def thresholds_for(rule: type[Rule], overrides: Mapping[str, float]) -> dict[str
 
 
 def run_rules(
-    reader: StoreReader,
-    facts: Mapping[str, Fact | tuple[Fact, ...]],
+    incident: Incident,
     opts: AnalyzeOptions,
     rules: Sequence[type[Rule]] | None = None,
 ) -> RulesOutcome:
@@ -68,12 +67,12 @@ def run_rules(
     problems: list[str] = []
     ruled_out: list[RuledOut] = []
     for rule_cls in selected_rules(opts, rules):
-        reason = skip_reason(rule_cls, reader)
+        reason = skip_reason(rule_cls, incident)
         if reason is not None:
             runs.append(RuleRun(rule_cls.code, rule_cls.name, "skipped", reason))
             continue
         rule = rule_cls()
-        ctx = RuleContext(rule, reader, facts, thresholds_for(rule_cls, opts.thresholds))
+        ctx = RuleContext(rule, incident, thresholds_for(rule_cls, opts.thresholds))
         try:
             produced = list(rule.check(ctx))
         except NoSpaceError:  # the store's disk, not the rule: the run cannot go on

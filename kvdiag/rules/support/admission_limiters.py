@@ -13,16 +13,16 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from kvdiag.analyzer.model.quantities.episodes import Episode
+from kvdiag.analyzer.model.quantities.load_picture import usage_evidence
+from kvdiag.analyzer.model.quantities.prefill_rate import steady_prefill
+from kvdiag.analyzer.model.quantities.queue_cap import CapReading, pool_during, read_caps
+from kvdiag.analyzer.model.quantities.rejections import Rejections
+from kvdiag.analyzer.model.quantities.vocabulary import vocabulary
+from kvdiag.analyzer.model.quantities.workload import Lengths, fmt_tokens, pool
 from kvdiag.analyzer.model.queries import col_max, gauge
 from kvdiag.domain.records.diagnosis import Evidence, Remedy
 from kvdiag.rules.base import RuleContext
-from kvdiag.rules.support.episodes import Episode
-from kvdiag.rules.support.load_picture import usage_evidence
-from kvdiag.rules.support.prefill_rate import steady_prefill
-from kvdiag.rules.support.queue_cap import CapReading, pool_during, read_caps
-from kvdiag.rules.support.rejections import Rejections
-from kvdiag.rules.support.vocabulary import vocabulary
-from kvdiag.rules.support.workload import Lengths, fmt_tokens, pool
 
 
 @dataclass

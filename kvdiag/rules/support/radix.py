@@ -41,7 +41,7 @@ def evictable_added_back(ctx: RuleContext, scope: str | None) -> Comparison | No
     """The pool's occupancy with the evictable radix cache, at the scrape where it held most
     (of the replica's scrapes, or of all when `scope` is None)."""
     # One query for the whole fleet (each replica's row), not a scan per replica.
-    rows = ctx.store.memo(("radix_counts",), lambda: ctx.sql(_COUNTS))
+    rows = ctx.memo(("radix_counts",), lambda: ctx.sql(_COUNTS))
     if scope:
         rows = rows.filter(pl.col("replica") == scope)
     if rows.is_empty():

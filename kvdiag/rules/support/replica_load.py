@@ -12,19 +12,19 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from kvdiag.analyzer.model.queries import first_max, histogram_quantile
-from kvdiag.domain.records.diagnosis import Comparison, Evidence
-from kvdiag.rules.base import RuleContext
-from kvdiag.rules.support.growth import Growth
-from kvdiag.rules.support.load_picture import (
+from kvdiag.analyzer.model.quantities.growth import Growth
+from kvdiag.analyzer.model.quantities.load_picture import (
     Preemptions,
     Pressure,
     usage_evidence,
     waiting_cited,
     waiting_evidence,
 )
-from kvdiag.rules.support.vocabulary import Vocabulary
-from kvdiag.rules.support.workload import Lengths, Pool
+from kvdiag.analyzer.model.quantities.vocabulary import Vocabulary
+from kvdiag.analyzer.model.quantities.workload import Lengths, Pool
+from kvdiag.analyzer.model.queries import first_max, histogram_quantile
+from kvdiag.domain.records.diagnosis import Comparison, Evidence
+from kvdiag.rules.base import RuleContext
 
 
 @dataclass

@@ -36,7 +36,7 @@ def second_tier(ctx: RuleContext) -> Iterator[Comparison]:
 
 
 def _offload_tier(ctx: RuleContext) -> Iterator[Comparison]:
-    tier = ctx.store.memo("offload_tier", lambda: offload_tier(ctx))
+    tier = ctx.memo("offload_tier", lambda: offload_tier(ctx))
     if tier.tier_tokens is None:
         return
     tokens, row = tier.tier_tokens

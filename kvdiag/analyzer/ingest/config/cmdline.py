@@ -17,16 +17,18 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
 
-from kvdiag.domain.settings import EngineSetting, EngineSettings, engine_settings, flag_word
+from kvdiag.domain.settings import (
+    EngineSetting,
+    EngineSettings,
+    engine_settings,
+    flag_word,
+    normalise,
+)
 
 Word = tuple[str, int]  # a shell word and the 1-based line it stands on
 
 _ASSIGN = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$", re.S)
-_HUMAN_INT = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<suffix>[kKmMgGtT]?)$")
-_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _SHELL_STOP = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>&1", "|&"}
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
 
@@ -54,35 +56,6 @@ def launch_table() -> LaunchTable:
         resources.files("kvdiag.analyzer.ingest.config").joinpath("launch_flags.toml").read_text()
     )
     return LaunchTable({e: tuple(v) for e, v in raw["commands"].items()}, frozenset(raw["env"]))
-
-
-def human_int(text: str) -> int:
-    """vLLM's human_readable_int: "17M" = 17 x 2**20, "25.6k" = 25,600, "4096" = 4096."""
-    m = _HUMAN_INT.match(text.strip())
-    if not m:
-        raise ValueError(f"not a human-readable integer: {text!r}")
-    num, suffix = m["num"], m["suffix"]
-    if suffix in _DECIMAL:
-        return int(float(num) * _DECIMAL[suffix])
-    if "." in num:
-        raise ValueError(f"decimals need a decimal (lowercase) suffix: {text!r}")
-    return int(num) * _BINARY.get(suffix, 1)
-
-
-_CONVERT: dict[str, Any] = {
-    "float": lambda v: repr(float(v)),
-    "int": lambda v: str(int(v)),
-    "human_int": lambda v: str(human_int(v)),
-    "str": str,
-}
-
-
-def normalise(spec: EngineSetting, value: str) -> str:
-    """The value as the config table stores it; as written when it does not convert."""
-    try:
-        return str(_CONVERT.get(spec.type, str)(value))
-    except ValueError:
-        return value
 
 
 def words(lines: list[tuple[int, str]]) -> list[Word]:

@@ -21,10 +21,10 @@ from typing import Any
 
 import polars as pl
 
+from kvdiag.analyzer.model.incident import Incident
 from kvdiag.analyzer.model.queries import of_replica
 from kvdiag.domain.counters import counter_totals
 from kvdiag.domain.records.diagnosis import Evidence
-from kvdiag.rules.base import RuleContext
 
 REJECTED_STATUSES = (429, 503)
 # Canonical keys of the caps, in the order they are named; the counter's `reason` label
@@ -81,9 +81,9 @@ class Rejections:
         return self.count > 0
 
 
-def rejections(ctx: RuleContext, replica: str | None = None) -> Rejections:
+def rejections(ctx: Incident, replica: str | None = None) -> Rejections:
     """Rejected requests of one replica (all, when None), from the best witness."""
-    access = of_replica(ctx, _ACCESS, replica) if ctx.store.has_rows("log_http") else None
+    access = of_replica(ctx, _ACCESS, replica) if ctx.has_rows("log_http") else None
     client = _client_rows(ctx, replica)
     reasons, counter_ev, steps = _counter(ctx, replica)
     counts = {
@@ -113,16 +113,16 @@ def rejections(ctx: RuleContext, replica: str | None = None) -> Rejections:
     )
 
 
-def rejecting_replicas(ctx: RuleContext, known: Mapping[str, Any]) -> list[str]:
+def rejecting_replicas(ctx: Incident, known: Mapping[str, Any]) -> list[str]:
     """Replicas with rejected requests that are not among `known`, in name order.
 
     The server's witnesses name the replica; the client log's rows stand in only when the
     server said nothing (a client log's folder need not be a server's).
     """
     server: set[str] = set()
-    if ctx.store.has_rows("log_http"):
+    if ctx.has_rows("log_http"):
         server |= _replicas(of_replica(ctx, _ACCESS, None))
-    if ctx.store.has_rows("metric_samples"):
+    if ctx.has_rows("metric_samples"):
         counted = of_replica(ctx, _COUNTER, None).filter(pl.col("value") > 0)
         server |= _replicas(counted)
     names = server or (set() if known else _replicas(_client_rows(ctx, None)))
@@ -135,7 +135,7 @@ def _replicas(frame: pl.DataFrame) -> set[str]:
     return {str(r) for r in frame["replica"].drop_nulls().unique()}
 
 
-def queue_caps(ctx: RuleContext, replica: str | None = None) -> list[QueueCap]:
+def queue_caps(ctx: Incident, replica: str | None = None) -> list[QueueCap]:
     """The queue caps the config states (launch flags, config dumps), in QUEUE_CAPS order."""
     found = []
     for key in QUEUE_CAPS:
@@ -153,18 +153,18 @@ def _as_int(text: Any) -> int | None:
         return None
 
 
-def _client_rows(ctx: RuleContext, replica: str | None) -> pl.DataFrame:
-    if not ctx.store.has_rows("client_requests"):
+def _client_rows(ctx: Incident, replica: str | None) -> pl.DataFrame:
+    if not ctx.has_rows("client_requests"):
         return pl.DataFrame({"send_ts": [], "refused_status": []})
     return of_replica(ctx, _CLIENT, replica)
 
 
 def _counter(
-    ctx: RuleContext, replica: str | None
+    ctx: Incident, replica: str | None
 ) -> tuple[dict[str, int], list[Evidence], pl.DataFrame | None]:
     """Per reason, the counter's increase over the window; its last sample as evidence;
     the samples at which it rose (their times bound the rejections)."""
-    if not ctx.store.has_rows("metric_samples"):
+    if not ctx.has_rows("metric_samples"):
         return {}, [], None
     samples = of_replica(ctx, _COUNTER, replica)
     if samples.is_empty():
@@ -187,16 +187,16 @@ def _counter(
     return reasons, evidence, rising
 
 
-def _bracket(ctx: RuleContext, access: pl.DataFrame) -> tuple[datetime | None, datetime | None]:
+def _bracket(ctx: Incident, access: pl.DataFrame) -> tuple[datetime | None, datetime | None]:
     """Uvicorn's access lines carry no time: the engine's stats lines around them (one every
     10 s while busy) bound it, the last before the first rejection and the first after the
     last one (same file)."""
     head, tail = access.row(0, named=True), access.row(access.height - 1, named=True)
-    before = ctx.store.scalar(
+    before = ctx.scalar(
         "SELECT max(ts) FROM log_stats WHERE source_path = ? AND source_line < ?",
         [head["source_path"], head["source_line"]],
     )
-    after = ctx.store.scalar(
+    after = ctx.scalar(
         "SELECT min(ts) FROM log_stats WHERE source_path = ? AND source_line > ?",
         [tail["source_path"], tail["source_line"]],
     )
@@ -208,7 +208,7 @@ def _span(frame: pl.DataFrame, column: str) -> tuple[datetime | None, datetime |
     return times.min(), times.max()  # type: ignore[return-value]
 
 
-def _line_evidence(ctx: RuleContext, lines: pl.DataFrame, status_col: str) -> list[Evidence]:
+def _line_evidence(ctx: Incident, lines: pl.DataFrame, status_col: str) -> list[Evidence]:
     """The first and the last rejected request's line."""
     if lines.is_empty():
         return []

@@ -13,13 +13,13 @@ from typing import Any
 import polars as pl
 
 from kvdiag.analyzer.model.first_stated import first_ids, firsts_of
+from kvdiag.analyzer.model.incident import Incident
+from kvdiag.analyzer.model.quantities.ledger import Ledger
+from kvdiag.analyzer.model.quantities.vocabulary import engine_process_words
 from kvdiag.analyzer.model.queries import of_replica
 from kvdiag.domain import kvmath
 from kvdiag.domain.records.diagnosis import Evidence, Fact
 from kvdiag.domain.units import GIB
-from kvdiag.rules.base import RuleContext
-from kvdiag.rules.support.ledger import Ledger
-from kvdiag.rules.support.vocabulary import engine_process_words
 
 _MEMORY_COLS = (
     "total_gib",
@@ -101,7 +101,7 @@ class Card:
         )
 
 
-def card(ctx: RuleContext, replica: str | None) -> Card:
+def card(ctx: Incident, replica: str | None) -> Card:
     """Everything layer 1 can say about one replica's card."""
     c = Card(replica or "", "CPU" if _on_cpu(ctx, replica) else "GPU")
     _memory_lines(ctx, replica, c)
@@ -113,7 +113,7 @@ def card(ctx: RuleContext, replica: str | None) -> Card:
     return c
 
 
-def _on_cpu(ctx: RuleContext, replica: str | None) -> bool:
+def _on_cpu(ctx: Incident, replica: str | None) -> bool:
     # The replicas only: a crash loop prints a CPU pool line at each of its starts, and a
     # CPU run names its device on every stats line (millions of rows, memoised).
     return bool(
@@ -126,7 +126,7 @@ def _on_cpu(ctx: RuleContext, replica: str | None) -> bool:
     )
 
 
-def _memory_lines(ctx: RuleContext, replica: str | None, c: Card) -> None:
+def _memory_lines(ctx: Incident, replica: str | None, c: Card) -> None:
     """First stated value of each ledger term (rank 0 first: one GPU's ledger)."""
     rows = of_replica(ctx, _FIRST_MEMORY_LINES, replica)
     for col in _MEMORY_COLS:
@@ -147,7 +147,7 @@ def _memory_lines(ctx: RuleContext, replica: str | None, c: Card) -> None:
         c.evidence.append(ctx.evidence(row, col, value))
 
 
-def _pool(ctx: RuleContext, replica: str | None, c: Card) -> None:
+def _pool(ctx: Incident, replica: str | None, c: Card) -> None:
     explicit = ctx.config("kv_cache_memory_bytes", replica)
     if explicit is not None and explicit["origin"] != "default":
         # The operator's byte count is exact; the log prints it rounded to 0.01 GiB.
@@ -167,7 +167,7 @@ def _pool(ctx: RuleContext, replica: str | None, c: Card) -> None:
         _pool_from_tokens(ctx, replica, c)
 
 
-def _pool_from_tokens(ctx: RuleContext, replica: str | None, c: Card) -> None:
+def _pool_from_tokens(ctx: Incident, replica: str | None, c: Card) -> None:
     """The pool in tokens times the kv_bytes_per_token fact (facts/kv.py, from config.json).
 
     The fact every other rule reads: one KV dtype, TP split and layer count, so layer 1's
@@ -189,7 +189,7 @@ def _origin(fact: Fact) -> str:
     return "config.json" if note.startswith("computed from config.json") else note
 
 
-def _config(ctx: RuleContext, replica: str | None, c: Card) -> None:
+def _config(ctx: Incident, replica: str | None, c: Card) -> None:
     if c.utilization is not None:
         return
     row = ctx.config("gpu_memory_utilization", replica)
@@ -199,7 +199,7 @@ def _config(ctx: RuleContext, replica: str | None, c: Card) -> None:
         c.evidence.append(ctx.evidence(row, "gpu_memory_utilization", row["value"]))
 
 
-def _snapshots(ctx: RuleContext, replica: str | None, c: Card) -> None:
+def _snapshots(ctx: Incident, replica: str | None, c: Card) -> None:
     """The latest snapshot's GPUs, and processes on them not identified as this engine."""
     snaps = of_replica(
         ctx,

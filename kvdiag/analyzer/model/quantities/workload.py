@@ -12,11 +12,11 @@ import math
 from dataclasses import dataclass
 
 from kvdiag.analyzer.model.engine import engine_of_replica
+from kvdiag.analyzer.model.incident import Incident
+from kvdiag.analyzer.model.quantities.demand import slots
+from kvdiag.analyzer.model.quantities.spread import Spread, exact, from_buckets, unknown
 from kvdiag.analyzer.model.queries import histogram_buckets, histogram_mean
 from kvdiag.domain.records.diagnosis import SourceRef
-from kvdiag.rules.base import RuleContext
-from kvdiag.rules.support.demand import slots
-from kvdiag.rules.support.spread import Spread, exact, from_buckets, unknown
 
 # SGLang's allocator hands out slots 1..max_total_num_tokens: its padding slot 0 comes on top
 # of the stated pool (the buffers hold size + page_size), so every stated token is usable.
@@ -45,7 +45,7 @@ class Lengths:
         return self.prompt / total if total else 0.0
 
 
-def lengths(ctx: RuleContext, replica: str | None = None) -> Lengths | None:
+def lengths(ctx: Incident, replica: str | None = None) -> Lengths | None:
     """Request lengths from the best source available, or None."""
     prompt = histogram_mean(ctx, "request_prompt_tokens", replica)
     gen = histogram_mean(ctx, "request_generation_tokens", replica)
@@ -63,7 +63,7 @@ def lengths(ctx: RuleContext, replica: str | None = None) -> Lengths | None:
     return _client_lengths(ctx, replica) or _log_lengths(ctx, replica)
 
 
-def _client_lengths(ctx: RuleContext, replica: str | None) -> Lengths | None:
+def _client_lengths(ctx: Incident, replica: str | None) -> Lengths | None:
     where, params = "prompt_tokens IS NOT NULL", []
     if replica is not None:
         where += " AND replica = ?"
@@ -86,7 +86,7 @@ def _client_lengths(ctx: RuleContext, replica: str | None) -> Lengths | None:
     )
 
 
-def _log_lengths(ctx: RuleContext, replica: str | None) -> Lengths | None:
+def _log_lengths(ctx: Incident, replica: str | None) -> Lengths | None:
     where, params = "prompt_tokens IS NOT NULL", []
     if replica is not None:
         where += " AND replica = ?"
@@ -104,7 +104,7 @@ def _log_lengths(ctx: RuleContext, replica: str | None) -> Lengths | None:
     )
 
 
-def spread(ctx: RuleContext, replica: str | None = None) -> Spread:
+def spread(ctx: Incident, replica: str | None = None) -> Spread:
     """Per-request length bounds from the best source: exact lengths from the client's
     request log or request-logging lines, else the engine's histogram buckets (vLLM's
     1-2-5 edges: a 22-token prompt is only known to be over 20 and at most 50), else
@@ -126,7 +126,7 @@ def spread(ctx: RuleContext, replica: str | None = None) -> Spread:
 
 
 def _logged_spread(
-    ctx: RuleContext, replica: str | None, table: str, grown: str, longest: float | None
+    ctx: Incident, replica: str | None, table: str, grown: str, longest: float | None
 ) -> Spread | None:
     """Exact prompts from a request log; a request grows by what it generated, else by its
     max_tokens (the most it may), else to max_model_len."""
@@ -170,13 +170,13 @@ class Pool:
         return int(self.usable // need) if need else 0
 
 
-def pool(ctx: RuleContext, replica: str | None = None) -> Pool | None:
+def pool(ctx: Incident, replica: str | None = None) -> Pool | None:
     fact = ctx.fact("pool_tokens", replica)
     if fact is None or not isinstance(fact.value, int | float):
         return None
     block = ctx.fact("block_size", replica)
     size = int(block.value) if block is not None and isinstance(block.value, int | float) else None
-    engine = engine_of_replica(ctx.store, ctx.facts, replica or "default")
+    engine = engine_of_replica(ctx, ctx.facts, replica or "default")
     return Pool(int(fact.value), size, fact.source, engine not in _WHOLE_POOL_ENGINES)
 
 

@@ -15,7 +15,9 @@ from typing import Any
 
 import polars as pl
 
+from kvdiag.analyzer.model.incident import Incident
 from kvdiag.analyzer.model.load import retraction_events
+from kvdiag.analyzer.model.quantities.rejections import rejections
 from kvdiag.analyzer.model.queries import (
     counter,
     counter_total,
@@ -25,14 +27,12 @@ from kvdiag.analyzer.model.queries import (
     split_by_replica,
 )
 from kvdiag.domain.records.diagnosis import Evidence
-from kvdiag.rules.base import RuleContext
-from kvdiag.rules.support.rejections import rejections
 
 _KEY = ["replica", "engine", "ts"]
 ORIGIN = pl.Enum(["metrics", "log"])
 
 
-def _metric_points(ctx: RuleContext) -> pl.DataFrame:
+def _metric_points(ctx: Incident) -> pl.DataFrame:
     usage = gauge(ctx, "kv_cache_usage")
     if usage.is_empty():
         return pl.DataFrame()
@@ -65,7 +65,7 @@ def _metric_points(ctx: RuleContext) -> pl.DataFrame:
     )
 
 
-def _by_reason(ctx: RuleContext, frame: pl.DataFrame) -> pl.DataFrame:
+def _by_reason(ctx: Incident, frame: pl.DataFrame) -> pl.DataFrame:
     """`cap`, `cap_row` and `deferred` from num_requests_waiting_by_reason (null: unscraped)."""
     for reason, col in (("capacity", "cap"), ("deferred", "deferred")):
         rows = gauge(ctx, "num_requests_waiting_by_reason", reason=reason)
@@ -81,7 +81,7 @@ def _by_reason(ctx: RuleContext, frame: pl.DataFrame) -> pl.DataFrame:
     return frame
 
 
-def _log_points(ctx: RuleContext) -> pl.DataFrame:
+def _log_points(ctx: Incident) -> pl.DataFrame:
     # DuckDB sorts (within its memory limit; a polars sort held twice the frame); file_no
     # stands for the file's name. A stats line's waiting is on the line itself: no w_row.
     # The columns leave DuckDB compact (replica an enum, counts and row ids 32-bit while
@@ -104,20 +104,20 @@ def _log_points(ctx: RuleContext) -> pl.DataFrame:
     return stats.with_columns(pl.lit("log").alias("origin"), pl.lit(None, pl.Int64).alias("w_row"))
 
 
-def _replica_enum(ctx: RuleContext) -> str:
+def _replica_enum(ctx: Incident) -> str:
     """The replicas of the stats lines as a DuckDB ENUM type (sorted as the names are)."""
     names = ctx.sql("SELECT DISTINCT replica FROM log_stats WHERE replica IS NOT NULL")
     quoted = ["'" + str(name).replace("'", "''") + "'" for name in sorted(names["replica"])]
     return f"ENUM({', '.join(quoted)})" if quoted else "VARCHAR"
 
 
-def _narrowest(ctx: RuleContext, *columns: str, unsigned: bool = False) -> str:
+def _narrowest(ctx: Incident, *columns: str, unsigned: bool = False) -> str:
     """The 32-bit integer type when every value of the log_stats columns fits, else BIGINT."""
     low, high = (0, 2**32 - 1) if unsigned else (-(2**31), 2**31 - 1)
     fits = " AND ".join(
         f"coalesce(min({c}) >= {low} AND max({c}) <= {high}, true)" for c in columns
     )
-    ok = ctx.store.scalar(f"SELECT {fits} FROM log_stats")
+    ok = ctx.scalar(f"SELECT {fits} FROM log_stats")
     return ("UINTEGER" if unsigned else "INTEGER") if ok is not False else "BIGINT"
 
 
@@ -137,21 +137,21 @@ COLUMNS = [
 ]
 
 
-def load_points(ctx: RuleContext) -> pl.DataFrame:
+def load_points(ctx: Incident) -> pl.DataFrame:
     """Usage, waiting and running points from every source, metrics first."""
-    return ctx.store.memo("load_points", lambda: _load_points(ctx))
+    return ctx.memo("load_points", lambda: _load_points(ctx))
 
 
-def points_by_replica(ctx: RuleContext) -> dict[str, pl.DataFrame]:
+def points_by_replica(ctx: Incident) -> dict[str, pl.DataFrame]:
     """`load_points` split by replica once per analysis, in replica-name order.
 
     Every layer-3 rule walks the replicas; filtering the whole frame for each one would cost
     replicas x rows per rule. The frames are shared: not to be changed.
     """
-    return ctx.store.memo("load_points_by_replica", lambda: split_by_replica(load_points(ctx)))
+    return ctx.memo("load_points_by_replica", lambda: split_by_replica(load_points(ctx)))
 
 
-def _load_points(ctx: RuleContext) -> pl.DataFrame:
+def _load_points(ctx: Incident) -> pl.DataFrame:
     parts = [_compact(p) for p in (_metric_points(ctx), _log_points(ctx)) if p.height]
     if not parts:
         return pl.DataFrame()
@@ -214,7 +214,7 @@ def _compact(part: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def point_evidence(ctx: RuleContext, row: Mapping[str, Any], what: str, value: Any) -> Evidence:
+def point_evidence(ctx: Incident, row: Mapping[str, Any], what: str, value: Any) -> Evidence:
     """Evidence from a row of `load_points`."""
     return ctx.evidence(_cited(ctx, row["origin"], row["row_id"], row), what, value)
 
@@ -222,18 +222,18 @@ def point_evidence(ctx: RuleContext, row: Mapping[str, Any], what: str, value: A
 _STATS_ROW = "SELECT source_path, source_line, raw FROM log_stats WHERE rowid = ?"
 
 
-def _cited(ctx: RuleContext, origin: str, row_id: Any, row: Mapping[str, Any]) -> dict[str, Any]:
+def _cited(ctx: Incident, origin: str, row_id: Any, row: Mapping[str, Any]) -> dict[str, Any]:
     """The row with the provenance of the store row it stands for, read back."""
     found: dict[str, Any] | None = None
     if origin == "metrics":
         found = ctx.sample_source(int(row_id)) if row_id is not None else None
     else:
-        rows = ctx.store.memo(("stats_row", row_id), lambda: ctx.sql(_STATS_ROW, [row_id]))
+        rows = ctx.memo(("stats_row", row_id), lambda: ctx.sql(_STATS_ROW, [row_id]))
         found = rows.row(0, named=True) if rows.height else None
     return {**row, **found} if found is not None else {**row, "source_path": None}
 
 
-def usage_evidence(ctx: RuleContext, row: dict[str, Any], what: str = "kv_cache_usage") -> Evidence:
+def usage_evidence(ctx: Incident, row: dict[str, Any], what: str = "kv_cache_usage") -> Evidence:
     return point_evidence(ctx, row, what, round(float(row["usage"]), 4))
 
 
@@ -242,7 +242,7 @@ def waiting_cited(row: Mapping[str, Any]) -> bool:
     return row["origin"] == "log" or row["w_row"] is not None
 
 
-def waiting_evidence(ctx: RuleContext, row: dict[str, Any], what: str | None = None) -> Evidence:
+def waiting_evidence(ctx: Incident, row: dict[str, Any], what: str | None = None) -> Evidence:
     value = row["waiting"]
     waiting = int(value) if value is not None else None
     if what is None:  # with deferred requests set apart, the count is the capacity queue
@@ -254,14 +254,14 @@ def waiting_evidence(ctx: RuleContext, row: dict[str, Any], what: str | None = N
     return ctx.evidence(src, what, waiting)
 
 
-def aggregated_note(ctx: RuleContext, part: pl.DataFrame, scope: str | None) -> str:
+def aggregated_note(ctx: Incident, part: pl.DataFrame, scope: str | None) -> str:
     """What a reader must know when the points are `N Engines Aggregated:` stats lines
     (vLLM 0.11.2+, --aggregate-engine-logging under data parallel): one line stands for N
     engines, each with its own pool, and nothing shows how the load was split among them."""
     if part.is_empty() or (part["origin"] == "metrics").any():
         return ""  # scrapes come per engine (`engine` label) and are read first
     where = "engines IS NOT NULL" + (" AND replica = ?" if scope else "")
-    engines = ctx.store.scalar(
+    engines = ctx.scalar(
         f"SELECT max(engines) FROM log_stats WHERE {where}", [scope] if scope else None
     )
     if not engines:
@@ -283,7 +283,7 @@ class Preemptions:
     printed_by: tuple[str, ...] = ()
 
 
-def preemptions(ctx: RuleContext, replica: str | None = None) -> Preemptions:
+def preemptions(ctx: Incident, replica: str | None = None) -> Preemptions:
     """Preemptions in the window from the best witness: counter, stats lines, v0 warnings."""
     series = counter(ctx, "num_preemptions")
     if replica is not None and series.height:
@@ -309,7 +309,7 @@ def preemptions(ctx: RuleContext, replica: str | None = None) -> Preemptions:
     return _event_preemptions(ctx, replica)
 
 
-def _event_preemptions(ctx: RuleContext, replica: str | None) -> Preemptions:
+def _event_preemptions(ctx: Incident, replica: str | None) -> Preemptions:
     where, params = ("WHERE replica = ?", [replica]) if replica is not None else ("", [])
     rows = ctx.sql(f"SELECT * FROM log_preemptions {where} ORDER BY ts, source_line", params)
     if rows.is_empty():
@@ -338,7 +338,7 @@ class Pressure:
     evidence: tuple[Evidence, ...]
 
 
-def pressure(ctx: RuleContext, replica: str | None = None) -> Pressure:
+def pressure(ctx: Incident, replica: str | None = None) -> Pressure:
     ev: list[Evidence] = []
     swapped = 0
     lines = of_replica(ctx, _SWAPPED_LINES, replica)
@@ -346,7 +346,7 @@ def pressure(ctx: RuleContext, replica: str | None = None) -> Pressure:
         row = lines.row(0, named=True)
         swapped = int(row["swapped"])
         ev.append(ctx.evidence(row, "swapped", swapped))
-    gauge_rows = ctx.store.memo(
+    gauge_rows = ctx.memo(
         "swapped_gauge", lambda: gauge(ctx, "num_requests_swapped").filter(pl.col("value") > 0)
     )
     if replica is not None and gauge_rows.height:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvdiag.analyzer.model.incident import Incident
+from kvdiag.analyzer.model.quantities.workload import fmt_tokens
 from kvdiag.domain.records.diagnosis import Evidence, Remedy
-from kvdiag.rules.base import RuleContext
-from kvdiag.rules.support.workload import fmt_tokens
 
 _EVENTS = ("hybrid_block_size", "mamba_page_padding")
 
@@ -29,7 +29,7 @@ class HybridBlocks:
     rows: tuple[dict[str, Any], ...]
     layer_bytes: float | None  # attention KV bytes per token of one layer, per GPU
 
-    def evidence(self, ctx: RuleContext) -> list[Evidence]:
+    def evidence(self, ctx: Incident) -> list[Evidence]:
         out = []
         for row in self.rows:
             if row["event"] == "hybrid_block_size":
@@ -63,7 +63,7 @@ class HybridBlocks:
         )
 
 
-def hybrid_blocks(ctx: RuleContext, scope: str | None) -> HybridBlocks | None:
+def hybrid_blocks(ctx: Incident, scope: str | None) -> HybridBlocks | None:
     """The engine's own block-size choice for a hybrid model, or None when it printed none."""
     rows = ctx.sql(
         "SELECT * FROM log_kv_pool WHERE event IN (?, ?)"
@@ -80,7 +80,7 @@ def hybrid_blocks(ctx: RuleContext, scope: str | None) -> HybridBlocks | None:
     return HybridBlocks(int(sizes[0]["block_size"]), pad, shown, _layer_bytes(ctx, scope))
 
 
-def _layer_bytes(ctx: RuleContext, scope: str | None) -> float | None:
+def _layer_bytes(ctx: Incident, scope: str | None) -> float | None:
     """KV bytes per token of one attention layer: the model's per-token bytes over its
     attention layers (Mamba layers hold no per-token KV)."""
     per_token = ctx.fact("kv_bytes_per_token", scope)

@@ -5,19 +5,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvdiag.analyzer.model.incident import Incident
+from kvdiag.analyzer.model.quantities.demand import slots
+from kvdiag.analyzer.model.quantities.growth import NO_LENGTHS, grown_lengths, growth
+from kvdiag.analyzer.model.quantities.load_picture import points_by_replica
+from kvdiag.analyzer.model.quantities.vocabulary import Vocabulary, vocabulary
+from kvdiag.analyzer.model.quantities.workload import Lengths, Pool, fmt_tokens
 from kvdiag.domain import dtypes, kvmath
 from kvdiag.domain.records.diagnosis import Remedy
 from kvdiag.domain.units import MIB
-from kvdiag.rules.base import RuleContext
-from kvdiag.rules.support.demand import slots
-from kvdiag.rules.support.growth import NO_LENGTHS, grown_lengths, growth
-from kvdiag.rules.support.load_picture import points_by_replica
-from kvdiag.rules.support.vocabulary import Vocabulary, vocabulary
-from kvdiag.rules.support.workload import Lengths, Pool, fmt_tokens
 
 
 def saturation_remedies(
-    ctx: RuleContext,
+    ctx: Incident,
     lens: Lengths | None,
     pool: Pool | None,
     max_running: int,
@@ -53,7 +53,7 @@ class Sizing:
     mean: float  # the mean request's growth (prompt + max_tokens, else + generated)
 
 
-def sizing(ctx: RuleContext, lens: Lengths, replica: str | None) -> Sizing:
+def sizing(ctx: Incident, lens: Lengths, replica: str | None) -> Sizing:
     """Price at the longest request the evidence allows (support/growth.py); at the mean
     only when nothing bounds a request's length."""
     grown = grown_lengths(ctx, replica)
@@ -104,7 +104,7 @@ def _fit_remedies(
 
 
 def _pool_remedies(
-    ctx: RuleContext,
+    ctx: Incident,
     words: Vocabulary,
     size: Sizing,
     pool: Pool,
@@ -134,7 +134,7 @@ def _pool_remedies(
 
 
 def _peak_slots(
-    ctx: RuleContext, size: Sizing, pool: Pool, max_concurrent: int, replica: str | None
+    ctx: Incident, size: Sizing, pool: Pool, max_concurrent: int, replica: str | None
 ) -> tuple[float, str]:
     """The most slots the peak's requests (running + waiting) may hold, and how it is known:
     the requests in flight at that moment where the client's log places them, else the
@@ -151,7 +151,7 @@ def _peak_slots(
 
 
 def _explicit_size(
-    ctx: RuleContext,
+    ctx: Incident,
     words: Vocabulary,
     size: Sizing,
     pool: Pool,

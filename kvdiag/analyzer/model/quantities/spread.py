@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from kvdiag.rules.support.demand import slots
+from kvdiag.analyzer.model.quantities.demand import slots
 
 # (bound, requests): `requests` requests whose length is at least (or at most) `bound`.
 Weighted = tuple[tuple[float, int], ...]

@@ -18,12 +18,12 @@ from datetime import datetime
 
 import polars as pl
 
+from kvdiag.analyzer.model.incident import Incident
+from kvdiag.analyzer.model.quantities.load_picture import Preemptions, preemptions
+from kvdiag.analyzer.model.quantities.vocabulary import Vocabulary
+from kvdiag.analyzer.model.quantities.workload import fmt_tokens
 from kvdiag.analyzer.model.queries import of_replica
 from kvdiag.domain.records.diagnosis import Evidence, Extent
-from kvdiag.rules.base import RuleContext
-from kvdiag.rules.support.load_picture import Preemptions, preemptions
-from kvdiag.rules.support.vocabulary import Vocabulary
-from kvdiag.rules.support.workload import fmt_tokens
 
 # A step that found no free KV slots at all: SGLang's decode or prefill allocation failure,
 # vLLM's block pool or evictor with nothing left (`Cannot get 17 free blocks from the pool`).
@@ -55,7 +55,7 @@ class PoolFullStatements:
         """A decode or prefill step found no KV slots at all and raised."""
         return not self.failures.is_empty()
 
-    def evidence(self, ctx: RuleContext) -> list[Evidence]:
+    def evidence(self, ctx: Incident) -> list[Evidence]:
         failed = [
             ctx.evidence(r, "kv_alloc_failed", r["requested_tokens"] or r["message"])
             for r in self.failures.head(2).to_dicts()
@@ -68,14 +68,14 @@ class PoolFullStatements:
         return extent_of(times, max(len(times), self.pre.count))
 
 
-def statements(ctx: RuleContext, replica: str | None = None) -> PoolFullStatements:
+def statements(ctx: Incident, replica: str | None = None) -> PoolFullStatements:
     """The replica's (or the whole folder's) preemptions, retractions and KV alloc failures."""
     return PoolFullStatements(preemptions(ctx, replica), of_replica(ctx, _FAILURES, replica))
 
 
-def replicas_with_statements(ctx: RuleContext) -> list[str]:
+def replicas_with_statements(ctx: Incident) -> list[str]:
     """Replicas whose logs hold a preemption, retraction or KV allocation failure."""
-    if not (ctx.store.has_rows("log_preemptions") or ctx.store.has_rows("log_capacity_errors")):
+    if not (ctx.has_rows("log_preemptions") or ctx.has_rows("log_capacity_errors")):
         return []
     return sorted(str(r) for r in ctx.sql(_REPLICAS)["replica"].drop_nulls())
 

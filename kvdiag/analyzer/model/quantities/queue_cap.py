@@ -15,13 +15,14 @@ from datetime import timedelta
 
 import polars as pl
 
+from kvdiag.analyzer.model.incident import Incident
+from kvdiag.analyzer.model.quantities.load_picture import usage_evidence
+from kvdiag.analyzer.model.quantities.rejections import QUEUE_CAPS, QueueCap, Rejections, queue_caps
+from kvdiag.analyzer.model.quantities.vocabulary import Vocabulary, vocabulary
+from kvdiag.analyzer.model.quantities.workload import fmt_tokens, lengths, pct, pool
 from kvdiag.analyzer.model.queries import col_max, col_median
+from kvdiag.analyzer.model.reads import fmt_ts
 from kvdiag.domain.records.diagnosis import Evidence, Remedy
-from kvdiag.rules.base import RuleContext, fmt_ts
-from kvdiag.rules.support.load_picture import usage_evidence
-from kvdiag.rules.support.rejections import QUEUE_CAPS, QueueCap, Rejections, queue_caps
-from kvdiag.rules.support.vocabulary import Vocabulary, vocabulary
-from kvdiag.rules.support.workload import fmt_tokens, lengths, pct, pool
 
 # The engine's stats lines come every 10 s (vLLM) and only while busy: a point that far
 # either side of the rejections still describes the pool they met.
@@ -51,7 +52,7 @@ class CapReading:
     remedies: list[Remedy] = field(default_factory=list)
 
 
-def pool_during(ctx: RuleContext, points: pl.DataFrame | None, seen: Rejections) -> PoolDuring:
+def pool_during(ctx: Incident, points: pl.DataFrame | None, seen: Rejections) -> PoolDuring:
     """KV usage over the rejections' span (every point, when they carry no time)."""
     if points is None or points.is_empty():
         return PoolDuring(None, None)
@@ -66,9 +67,7 @@ def pool_during(ctx: RuleContext, points: pl.DataFrame | None, seen: Rejections)
     return PoolDuring(col_max(near, "usage"), col_median(near, "usage"), evidence)
 
 
-def read_caps(
-    ctx: RuleContext, seen: Rejections, during: PoolDuring, scope: str | None
-) -> CapReading:
+def read_caps(ctx: Incident, seen: Rejections, during: PoolDuring, scope: str | None) -> CapReading:
     """The rejections with the cap that refused them, in the engine's own words."""
     words = vocabulary(ctx, scope)
     caps = queue_caps(ctx, scope)
@@ -154,7 +153,7 @@ def _flag(words: Vocabulary, key: str, value: int | None = None) -> str:
 
 
 def _remedies(
-    ctx: RuleContext,
+    ctx: Incident,
     words: Vocabulary,
     caps: list[QueueCap],
     during: PoolDuring,

@@ -13,9 +13,9 @@ from typing import Any
 
 import polars as pl
 
+from kvdiag.analyzer.model.incident import Incident
+from kvdiag.analyzer.model.quantities.demand import trend
 from kvdiag.analyzer.model.queries import counter
-from kvdiag.rules.base import RuleContext
-from kvdiag.rules.support.demand import trend
 
 MIN_SAMPLES = 5
 STRAIGHT = 0.98  # r² of the cumulative prompt tokens against time
@@ -31,7 +31,7 @@ class SteadyPrefill:
 
 
 def _within(
-    ctx: RuleContext, metric: str, start: datetime, end: datetime, scope: str | None
+    ctx: Incident, metric: str, start: datetime, end: datetime, scope: str | None
 ) -> pl.DataFrame:
     frame = counter(ctx, metric).filter(pl.col("ts").is_between(start, end))
     if scope is not None:
@@ -41,7 +41,7 @@ def _within(
 
 
 def steady_prefill(
-    ctx: RuleContext, start: datetime | None, end: datetime | None, scope: str | None
+    ctx: Incident, start: datetime | None, end: datetime | None, scope: str | None
 ) -> SteadyPrefill | None:
     """The prompt-token rate over [start, end] when the counter rose on a straight line."""
     if start is None or end is None:

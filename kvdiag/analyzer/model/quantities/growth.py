@@ -17,11 +17,11 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from kvdiag.analyzer.model.incident import Incident
+from kvdiag.analyzer.model.quantities.demand import DemandRange
+from kvdiag.analyzer.model.quantities.spread import Spread, exact, from_buckets, unknown
+from kvdiag.analyzer.model.quantities.workload import Pool, fmt_tokens
 from kvdiag.analyzer.model.queries import col_max, histogram_buckets
-from kvdiag.rules.base import RuleContext
-from kvdiag.rules.support.demand import DemandRange
-from kvdiag.rules.support.spread import Spread, exact, from_buckets, unknown
-from kvdiag.rules.support.workload import Pool, fmt_tokens
 
 # A scrape's time is when the scraper asked, a stats line's when the engine wrote it; a
 # request counts as in flight from a second before it was sent to a second after it ended,
@@ -61,7 +61,7 @@ class Growth:
 
 
 def growth(
-    ctx: RuleContext,
+    ctx: Incident,
     points: pl.DataFrame,
     replica: str | None,
     size: Pool,
@@ -108,7 +108,7 @@ def _in_queue() -> pl.Expr:
 
 
 def grown_lengths(
-    ctx: RuleContext, replica: str | None
+    ctx: Incident, replica: str | None
 ) -> tuple[Spread, str, pl.DataFrame | None] | None:
     """(what each request grows to, how, the client's timed rows when it has times)."""
     top = ctx.fact("max_model_len", replica)
@@ -133,7 +133,7 @@ def grown_lengths(
 
 
 def _logged(
-    ctx: RuleContext, replica: str | None, longest: float | None
+    ctx: Incident, replica: str | None, longest: float | None
 ) -> tuple[Spread, str, pl.DataFrame | None] | None:
     """Exact lengths from the client's log, else from request-logging lines."""
     for table, grown, timed in (

@@ -18,9 +18,9 @@ from functools import cache
 from importlib import resources
 
 from kvdiag.analyzer.model.engine import engine_of_replica
+from kvdiag.analyzer.model.incident import Incident
 from kvdiag.domain.records.diagnosis import Fact
 from kvdiag.domain.settings import EngineSettings, engine_settings
-from kvdiag.rules.base import RuleContext
 
 DEFAULT_ENGINE = "vllm"  # what the rules said before SGLang, and for inputs naming no engine
 
@@ -89,7 +89,7 @@ def _load(engine: str, raw: dict[str, object], settings: EngineSettings) -> Voca
 @cache
 def vocabularies() -> dict[str, Vocabulary]:
     """Every engine's vocabulary: vocabulary.toml's words with the engine's settings table."""
-    text = resources.files("kvdiag.rules.support").joinpath("vocabulary.toml").read_text()
+    text = _vocabulary_toml()
     raw = tomllib.loads(text)
     tables = engine_settings()
     return {name: _load(name, spec, tables[name]) for name, spec in raw["engines"].items()}
@@ -100,20 +100,25 @@ def engine_process_words() -> tuple[str, ...]:
     return tuple(w for v in vocabularies().values() for w in v.process_words)
 
 
-def vocabulary(ctx: RuleContext, replica: str | None = None) -> Vocabulary:
+def vocabulary(ctx: Incident, replica: str | None = None) -> Vocabulary:
     """The words of the engine that ran (the replica's, when the folder holds several)."""
-    engine = engine_of_replica(ctx.store, ctx.facts, replica or "default")
+    engine = engine_of_replica(ctx, ctx.facts, replica or "default")
     return vocabularies().get(engine or DEFAULT_ENGINE, vocabularies()[DEFAULT_ENGINE])
+
+
+def _vocabulary_toml() -> str:
+    package = resources.files("kvdiag.analyzer.model.quantities")
+    return package.joinpath("vocabulary.toml").read_text()
 
 
 @cache
 def _fleets() -> dict[str, dict[str, str]]:
-    text = resources.files("kvdiag.rules.support").joinpath("vocabulary.toml").read_text()
+    text = _vocabulary_toml()
     raw = tomllib.loads(text).get("fleets", {})
     return {name: _table(spec["phrases"]) for name, spec in raw.items()}
 
 
-def fleet_phrase(ctx: RuleContext, key: str) -> str | None:
+def fleet_phrase(ctx: Incident, key: str) -> str | None:
     """A routing remedy in the words of the framework that routed the fleet (Dynamo's
     router flags), None when no framework did (the folder's replicas were balanced by
     something kvdiag cannot see)."""
@@ -123,7 +128,7 @@ def fleet_phrase(ctx: RuleContext, key: str) -> str | None:
     return _fleets().get(str(fact.value), {}).get(key)
 
 
-def two_engines(ctx: RuleContext, replica: str) -> bool:
+def two_engines(ctx: Incident, replica: str) -> bool:
     """The replica's evidence comes from more than one engine (a side-by-side comparison)."""
     mixed = isinstance(ctx.facts.get("engine"), tuple)
-    return mixed and engine_of_replica(ctx.store, ctx.facts, replica) is None
+    return mixed and engine_of_replica(ctx, ctx.facts, replica) is None
