@@ -19,6 +19,7 @@ import pytest
 from kvdiag.analyzer.ingest.config.cmdline import command_settings, non_default_args, words
 from kvdiag.analyzer.ingest.logs.config_rows import python_text
 from kvdiag.analyzer.model.effective import EngineContext, effective_value
+from kvdiag.analyzer.model.quantities.vocabulary import vocabularies
 from kvdiag.domain.settings import (
     EngineSetting,
     EngineSettings,
@@ -26,7 +27,6 @@ from kvdiag.domain.settings import (
     aliases,
     engine_settings,
 )
-from kvdiag.analyzer.model.quantities.vocabulary import vocabularies
 from tests.conftest import FIXTURES, fixture_cases
 from tests.ingest_helpers import ingest
 

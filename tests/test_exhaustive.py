@@ -172,12 +172,12 @@ def test_the_precedence_checks_catch_a_new_class() -> None:
     assert fleet_cannot_order(grown) == ["cache_thrash"]
 
 
-# The README's accepted-inputs table names every ingester, by kind or by its description.
+# The accepted-inputs table (docs/inputs.md) names every ingester, by kind or by its description.
 
 
-def accepted_inputs_table(readme: str) -> str:
-    section = re.search(r"^#+ Accepted inputs\n(.*?)(?=^#|\Z)", readme, flags=re.M | re.S)
-    assert section, "README.md has no 'Accepted inputs' section"
+def accepted_inputs_table(page: str) -> str:
+    section = re.search(r"^#+ Accepted inputs\n(.*?)(?=^#|\Z)", page, flags=re.M | re.S)
+    assert section, "docs/inputs.md has no 'Accepted inputs' section"
     return section.group(1)
 
 
@@ -191,12 +191,12 @@ def missing_from_table(table: str, ingesters: Iterable[type[Ingester]]) -> list[
     ]
 
 
-def test_the_readme_table_of_accepted_inputs_names_every_ingester() -> None:
-    table = accepted_inputs_table((ROOT / "README.md").read_text())
+def test_the_table_of_accepted_inputs_names_every_ingester() -> None:
+    table = accepted_inputs_table((ROOT / "docs" / "inputs.md").read_text())
     assert missing_from_table(table, INGESTERS) == []
 
 
-def test_the_readme_check_catches_an_ingester_it_does_not_name() -> None:
+def test_the_table_check_catches_an_ingester_it_does_not_name() -> None:
     table = "| kind | what |\n|---|---|\n| `vllm_log` | logs |\n"
     assert missing_from_table(table, [_DummyIngester]) == [
         "_DummyIngester (kind 'dummy_log', 'a log format kvdiag has never heard of')"

@@ -1,4 +1,5 @@
-"""The README's table of the shared issue fragments says what kvdiag concludes from each.
+"""The table of the shared issue fragments (docs/fragments.md) says what kvdiag concludes
+from each.
 
 Each row is checked against a fresh analysis of the fragment alone, and a plain-text oracle
 (the engines' own words for a full pool, a refusal or a rejection) checks that no fragment
@@ -13,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, shared
-from tools.fragments.table import START, analyse, fragments, readme_rows, shorten
+from tools.fragments.table import START, analyse, fragments, page_rows, shorten
 
-README = (ROOT / "README.md").read_text()
-ROWS = readme_rows(README)
+PAGE = (ROOT / "docs" / "fragments.md").read_text()
+ROWS = page_rows(PAGE)
 
 # What an engine prints only when the pool is full, refused, or a request was turned away.
 TROUBLE = re.compile(
@@ -27,8 +28,8 @@ TROUBLE = re.compile(
 )
 
 
-def test_the_readme_holds_the_table() -> None:
-    assert START in README
+def test_the_page_holds_the_table() -> None:
+    assert START in PAGE
     assert len(ROWS) >= 50
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from kvdiag.analyzer.model.quantities.ledger import Ledger, waterfall
 from kvdiag.domain import ledger as domain
 from kvdiag.domain.records.diagnosis import Fact, SourceRef
 from kvdiag.reports.html import render_html, stylesheet
-from kvdiag.analyzer.model.quantities.ledger import Ledger, waterfall
 from tests.goldens import fixture_diagnosis
 
 PKG = Path(__file__).resolve().parents[1] / "kvdiag"

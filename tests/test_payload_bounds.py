@@ -16,8 +16,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvdiag.domain.records.diagnosis import Severity
 from kvdiag.analyzer.model.quantities.spread import exact, from_buckets, payload_range, unknown
+from kvdiag.domain.records.diagnosis import Severity
 from tests.conftest import FIXTURES, analyze_json
 from tests.rules.casefile import RuleCase, run_case
 

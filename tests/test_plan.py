@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from kvdiag.plan.validate import within
-from tests.conftest import FIXTURES, ROOT, run_cli
+from tests.conftest import FIXTURES, run_cli
 from tests.goldens import compared_fixtures
-from tools.plan.table import PAIRS, RUNS, planned, readme_tables, tables
+from tools.plan.table import PAGE, PAIRS, RUNS, page_tables, planned, tables
 
 SHARED_RUNS = RUNS[:4]  # the runs of ../shared/realdata/vllm-cpu with traffic
 # The pairs whose second run the first run's plan must predict within the bounds; the
-# README's table lists every pair with how close it came (machine load differed between
-# some recordings: see their NOTES.md).
+# table in docs/plan.md lists every pair with how close it came (machine load differed
+# between some recordings: see their NOTES.md).
 PREDICTED = PAIRS[:3]
 
 
@@ -70,9 +70,9 @@ def test_the_plan_from_the_first_run_predicts_the_second(
     assert scenario.predicted.pool_tokens == observed.pool_tokens
 
 
-def test_the_readme_tables_are_the_current_figures() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert readme_tables(readme) == tables(), "run `python -m tools.plan.table --write README.md`"
+def test_the_plan_page_tables_are_the_current_figures() -> None:
+    page = PAGE.read_text()
+    assert page_tables(page) == tables(), "run `python -m tools.plan.table --write docs/plan.md`"
 
 
 def test_the_knee_on_the_real_ramp_is_within_one_step() -> None:

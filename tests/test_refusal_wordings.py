@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from kvdiag.analyzer.model.quantities.refusals import advised_changes
 from kvdiag.domain.records.diagnosis import Diagnosis
 from kvdiag.domain.records.options import AnalyzeOptions
 from kvdiag.pipeline import analyze
-from kvdiag.analyzer.model.quantities.refusals import advised_changes
 from tests.conftest import ROOT, shared
 
 OVERCOMMIT, UNSERVABLE = "memory_overcommit", "unservable_config"

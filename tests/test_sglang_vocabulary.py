@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.domain.settings import engine_settings
 from kvdiag.analyzer.model.quantities.vocabulary import Vocabulary, vocabularies
+from kvdiag.domain.settings import engine_settings
 
 RULES = Path(__file__).resolve().parents[1] / "kvdiag" / "rules"
 _FLAG = re.compile(r"--[a-z][a-z0-9]*(?:-[a-z0-9]+)+")

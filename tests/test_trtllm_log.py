@@ -17,8 +17,8 @@ from kvdiag.analyzer.ingest.base import Account, IngestContext, InputUnit, Table
 from kvdiag.analyzer.ingest.config.cmdline import command_settings, words
 from kvdiag.analyzer.ingest.logs.format_pack import Event, load_pack
 from kvdiag.analyzer.ingest.logs.trtllm import TrtllmLogIngester
-from kvdiag.analyzer.text.lines import read_head
 from kvdiag.analyzer.model.quantities.vocabulary import vocabularies
+from kvdiag.analyzer.text.lines import read_head
 from tests import test_formats
 from tests.conftest import FIXTURES, REALDATA
 

@@ -1,15 +1,17 @@
-"""One analysis, in the order its data flows (pipeline.py runs the steps):
+"""Reading: one incident's files into the incident model, in the order the data flows.
 
-    cli/         the command line: options and output policy only
+    schema/      the store's tables declared as data, the metric aliases, the field types
+    text/        line reading that ingest, discovery, the store and redact share
     discovery/   find the inputs (folders, archives) and tell by content what each is
     ingest/      read each input into tables with provenance, by source: logs/, metrics/,
-                 gpu/, config/ (flags, config.json), text/ (the line reading they share)
-    schema/      the store's tables, declared as data
-    store/       DuckDB, written only here; then the numbers checked once (validate, timeline)
-    facts/       the incident's key numbers, each with its source
-    verdict/     run the rules (kvdiag.rules), classify, reconcile the three layers, the fleet
+                 gpu/, config/ (flags, config.json)
+    store/       DuckDB, written only here (it knows nothing of ingest); then the numbers
+                 checked once (validate, timeline)
+    model/       the incident model: the facts (each with its source), the quantities the
+                 rules and the commands share (quantities/), and `Incident`, the one object
+                 judgement and every command read (incident.py)
     live/        live sources: a Prometheus HTTP API, a running server (collect)
 
-The diagnosis record (diagnosis.py) is what every report renders (kvdiag.reports); the
-domain's arithmetic (bytes per token, pools, counters, quantiles) is in kvdiag.domain.
+kvdiag/pipeline.py runs these steps, then the rules (kvdiag/rules/); the records they hand
+on (the diagnosis, a comparison, a plan) are on the ground, kvdiag/domain/records/.
 """

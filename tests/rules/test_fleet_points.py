@@ -8,8 +8,8 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdiag.analyzer.model.queries import split_by_replica
 from kvdiag.analyzer.model.quantities.load_picture import combined
+from kvdiag.analyzer.model.queries import split_by_replica
 
 _NAMES = st.sampled_from(["replica-a", "replica-b", "replica-c", None])
 

@@ -10,10 +10,10 @@ import pytest
 
 from kvdiag.analyzer import model as facts
 from kvdiag.analyzer.model.incident import Incident
+from kvdiag.analyzer.model.quantities.load_picture import COLUMNS, _compact, load_points
 from kvdiag.analyzer.store.database import Store
 from kvdiag.rules.base import RuleContext
 from kvdiag.rules.kv301_saturation import KvSaturation
-from kvdiag.analyzer.model.quantities.load_picture import COLUMNS, _compact, load_points
 
 
 def _points(row_ids: list[int], w_rows: list[int | None]) -> pl.DataFrame:

@@ -1,11 +1,11 @@
-"""The README's table of the shared issue fragments: each analysed alone, with kvdiag's verdict.
+"""The table in docs/fragments.md: each shared issue fragment analysed alone, with its verdict.
 
     python -m tools.fragments.table                # print the table
-    python -m tools.fragments.table --write README.md
+    python -m tools.fragments.table --write docs/fragments.md
 
 The fragments are real pastes from public issues (../shared/realdata/issues, see its
 INDEX.md). The table says what kvdiag concludes from each file alone and why, so a reader
-can check every row against the fragment; tests/test_fragment_table.py checks the README's
+can check every row against the fragment; tests/test_fragment_table.py checks the page's
 rows against a fresh analysis.
 """
 
@@ -24,6 +24,7 @@ from kvdiag.domain.records.options import AnalyzeOptions
 from kvdiag.pipeline import analyze
 
 ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "fragments.md"  # the page that holds the table
 FRAGMENTS = Path(os.environ.get("KVDIAG_SHARED", ROOT.parent / "shared")) / "realdata" / "issues"
 START = "<!-- fragments:start (tools/fragments/table.py writes this table) -->"
 END = "<!-- fragments:end -->"
@@ -84,9 +85,9 @@ def table(rows: list[Row]) -> str:
     return "\n".join([START, HEADER, *(r.markdown() for r in rows), END])
 
 
-def readme_rows(readme: str) -> dict[str, list[str]]:
-    """The table's rows in a README: fragment name -> its cells, as written."""
-    inside = readme.split(START, 1)[1].split(END, 1)[0]
+def page_rows(page: str) -> dict[str, list[str]]:
+    """The table's rows in a page: fragment name -> its cells, as written."""
+    inside = page.split(START, 1)[1].split(END, 1)[0]
     rows = {}
     for line in inside.splitlines()[3:]:
         cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
@@ -96,7 +97,9 @@ def readme_rows(readme: str) -> dict[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", type=Path, help="replace the table in this README")
+    parser.add_argument(
+        "--write", type=Path, help=f"replace the table in this page ({PAGE.relative_to(ROOT)})"
+    )
     args = parser.parse_args(argv)
     rows = []
     for path in fragments():
@@ -106,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.write is None:
         print(text)
         return 0
-    readme = args.write.read_text()
-    before, rest = readme.split(START, 1)
+    page = args.write.read_text()
+    before, rest = page.split(START, 1)
     after = rest.split(END, 1)[1]
     args.write.write_text(before + text + after)
     return 0

@@ -1,11 +1,11 @@
-"""The README's table of how well `kvdiag plan` reproduces each real run, and its pairs.
+"""The tables in docs/plan.md of how well `kvdiag plan` reproduces each real run, and its pairs.
 
     python -m tools.plan.table                # print the tables
-    python -m tools.plan.table --write README.md
+    python -m tools.plan.table --write docs/plan.md
 
 Each run's own traffic is replayed on its own configuration (the baseline) and set beside
 what was observed; each pair's second run is predicted from the first with the one flag
-that changed. tests/test_plan.py checks the README's rows against fresh plans.
+that changed. tests/test_plan.py checks the page's rows against fresh plans.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from kvdiag.plan.validate import within
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
+PAGE = ROOT / "docs" / "plan.md"  # the page that holds the tables
 START = "<!-- plan:start (tools/plan/table.py writes these tables) -->"
 END = "<!-- plan:end -->"
 # The runs of ../shared/realdata/vllm-cpu with traffic (copied into fixtures/), then ours.
@@ -122,21 +123,23 @@ def tables() -> str:
     )
 
 
-def readme_tables(text: str) -> str:
+def page_tables(text: str) -> str:
     found = re.search(re.escape(START) + r".*?" + re.escape(END), text, re.S)
     return found.group(0) if found else ""
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", type=Path, help="replace the tables in this README")
+    parser.add_argument(
+        "--write", type=Path, help=f"replace the tables in this page ({PAGE.relative_to(ROOT)})"
+    )
     args = parser.parse_args(argv)
     fresh = tables()
     if args.write is None:
         print(fresh)
         return 0
     text = args.write.read_text()
-    old = readme_tables(text)
+    old = page_tables(text)
     if not old:
         print(f"{args.write}: no {START!r} marker", file=sys.stderr)
         return 2

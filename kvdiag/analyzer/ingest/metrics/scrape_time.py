@@ -1,6 +1,6 @@
 """When a scrape was taken: from its file name, a marker line, or the sample itself.
 
-Accepted shapes (the README's "Accepted inputs" table names the main ones):
+Accepted shapes (docs/inputs.md's table names the main ones):
 
 * File names `<unix_ts>.prom` (also `.txt`, `.metrics`, `.om`), optionally after a word and a
   separator (`metrics-1795959281.911.prom`), with unix seconds (10 digits, optional
