@@ -48,3 +48,13 @@ class KeptStore:
 
     def close(self) -> None:
         self._con.close()
+
+
+Connection = duckdb.DuckDBPyConnection  # what kvdiag.connect returns
+
+
+def open_read_only(path: Path) -> Connection:
+    """A kept database's read-only connection, for the caller to keep and close (the Python
+    API's `kvdiag.connect`); refused (NoInputError) as KeptStore refuses what
+    `analyze --db` did not keep."""
+    return KeptStore(path)._con
