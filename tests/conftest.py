@@ -48,8 +48,10 @@ class FixtureCase:
 
 def fixture_cases() -> list[FixtureCase]:
     cases = []
-    # fixtures/pairs holds BEFORE/AFTER pairs of the incidents here (tests/test_compare_pairs.py)
-    for folder in sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p.name != "pairs"):
+    # fixtures/pairs holds BEFORE/AFTER pairs of the incidents here (tests/test_compare_pairs.py);
+    # fixtures/ladder, fragments of a few lines per rung (tests/test_ladder_pressure.py).
+    grouped = ("pairs", "ladder", "pastes")
+    for folder in sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p.name not in grouped):
         expected_file = folder / "expected.toml"
         expected = tomllib.loads(expected_file.read_text()) if expected_file.exists() else {}
         cases.append(FixtureCase(folder.name, folder / "incident", expected))

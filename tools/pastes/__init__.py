@@ -1,0 +1,1 @@
+"""The collection of real pastes in fixtures/pastes and the table of what kvdiag says about each."""
