@@ -1,9 +1,9 @@
 """The store's tables, declared as data: name, purpose, columns with types and meaning.
 
-`store/database.py` turns these into DDL; `kvdiag tables` and docs/database.md describe them for people
-who keep the database with `--db` and query it with SQL. Every table that holds what an
-input said carries provenance: `source_path` (relative to the incident folder),
-`source_line` (1-based) and `raw` (the line as read, control characters removed).
+`store/database.py` turns these into DDL; `kvdiag tables` and docs/database.md describe
+them for people who keep the database with `--db` and query it with SQL. Every table
+that holds what an input said carries provenance: `source_path` (relative to the incident
+folder), `source_line` (1-based) and `raw` (the line as read, control characters removed).
 
 Tables are grouped by domain, one module each, so ingesters of different inputs extend
 different files. Columns are only ever added, never renamed: rules and saved databases
