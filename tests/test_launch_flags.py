@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from kvdiag.analyzer.ingest.config.cmdline import human_int, non_default_args
+from kvdiag.analyzer.ingest.config.cmdline import non_default_args
 from kvdiag.analyzer.model.effective import EngineContext
 from kvdiag.analyzer.model.kv import layout_of
 from kvdiag.analyzer.model.settings import setting
 from kvdiag.domain import kvmath
+from kvdiag.domain.settings import human_int
 from kvdiag.domain.units import GIB
 from tests.conftest import FIXTURES, fixture_cases
 from tests.ingest_helpers import Ingested, ingest, kind_of, write

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from kvdiag.analyzer.model.quantities import demand, ledger, payload
 from kvdiag.domain import kvmath
 from kvdiag.domain.kvmath import KvLayout
 from kvdiag.domain.units import GIB, KIB
-from kvdiag.rules.support import demand, ledger, payload
 
 
 def _per_token(layers: int, kv_heads: int, head_dim: int, dtype: str, tp: int = 1) -> int:
