@@ -59,7 +59,7 @@ def test_the_documented_examples_run(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_documentation_names_every_function() -> None:
     text = DOC.read_text()
     functions = [n for n in api.__all__ if inspect.isfunction(getattr(api, n))]
-    assert len(functions) == 7
+    assert {"analyze", "compare", "plan", "redact", "connect"} <= set(functions)
     for name in functions:
         assert f"`{name}(" in text, name
 

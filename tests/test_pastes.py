@@ -32,18 +32,14 @@ TUNING = [p for p in ENTRIES if not p.held_out]
 
 # What kvdiag gets wrong today on the tuning set, by paste.
 WRONG_TODAY = {
-    "sglang-decode-batch-queue-12k.log": (
-        "one decode line with token usage 0.93 and #queue-req 12279: kvdiag reads both but"
-        " withholds saturation because it is one observation"
+    "sglang-jax-decode-cache-miss-field.log": (
+        "one running request, token usage 0.00, #queue-req 0 on every line: the trailing"
+        " #cache_miss field (sglang-jax's) makes every decode line miss its template:"
+        " nothing read"
     ),
-    "vllm-v1-waiting-90-prefill-budget.log": (
-        "Waiting 90 -> 66 while usage climbs 19% -> 65%: kvdiag ranks prefill_peak (prompts"
-        " 24,000 tokens/s against 52 generated) above admission_limited, with no sign the"
-        " prompts repeat"
-    ),
-    "vllm-v0-tt-usage-rising-92-to-95.log": (
-        "usage climbing 92.1% -> 94.9% in 23 s with 16 running: kvdiag says healthy while"
-        " saying itself that the headroom for the growth is not shown"
+    "vllm-v1-waiting-14-one-running-metrics-access.log": (
+        "Running 1, Waiting 14 on three lines 10 s apart at 76.5-76.8%: three observations"
+        " are too few for the queue to count, so admission_limited is withheld"
     ),
     "trtllm-maxtokens-paged-kv-refusal.log": (
         "the 0.6 wording 'maxTokensInPagedKvCache must be large enough to process at least 1"

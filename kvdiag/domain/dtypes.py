@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvdiag.domain.errors import KvdiagError
+
 # torch.tensor([], dtype=d).element_size(), which vLLM's get_dtype_size returns. The fp4
 # dtype holds two values in its one byte (the "_x2").
 TORCH_ELEMENT_BYTES: dict[str, int] = {
@@ -89,11 +91,11 @@ MODEL_DTYPES: dict[str, str] = {
 }
 
 
-class UnknownDtype(ValueError):
-    """A dtype name neither engine defines: its size is not known."""
+class UnknownDtype(KvdiagError, ValueError):
+    """A dtype name neither engine defines: its size is not known (callers catch it)."""
 
 
-class UnsizedKvFormat(ValueError):
+class UnsizedKvFormat(KvdiagError, ValueError):
     """A KV format whose bytes per token depend on the attention backend's own layout."""
 
 

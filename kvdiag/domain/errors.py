@@ -12,6 +12,8 @@ code (exitcodes.py; the CLI prints the message after `kvdiag: `):
     ├── LiveUsageError      2  a live source asked for in a way that cannot work
     ├── PlanFlagError       2  a flag `kvdiag plan` cannot apply to this engine
     ├── FormatPackError     4  a bundled format pack is malformed
+    ├── UnknownDtype        4  a dtype of no known size (dtypes.py; its callers catch it)
+    ├── UnsizedKvFormat     4  a KV format sized by the backend (dtypes.py; callers catch it)
     └── NoSpaceError        5  the disk kvdiag writes to is full
 
 One input that cannot be read is not an error but a result: it is set aside with its
@@ -19,8 +21,8 @@ reason (an InputRecord, an InputProblem) and the others are read. So the unpacke
 ArchiveLimitError: the archive's extraction stops there, listed as refused with the reason,
 and the members already out are read.
 
-kvdiag.domain, the layer below, may not import this: its arithmetic raises ValueErrors its
-callers catch, and one that escapes them ends the run as an internal error (4).
+This module is part of the ground floor (kvdiag.domain), so the domain's own arithmetic
+raises from this hierarchy too; any other exception that escapes is a bug (exit 4).
 """
 
 from __future__ import annotations
